@@ -1,0 +1,3 @@
+from rffm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""Backbone creation: self-supervised masked-patch pretraining, random init, or a user checkpoint."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rffm import backbone, provenance
+from rffm.dataset import read_split
+from rffm.errors import ConfigError, IntegrityError
+from rffm.files import atomic_write_json, sha256_file
+from rffm.progress import Progress
+from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
+
+DEFAULT_PRETRAIN = {
+    "objective": "masked_patch+contrastive",
+    "epochs": 20,
+    "batch_size": 256,
+    "lr": 1e-3,
+    "weight_decay": 0.05,
+    "mask_ratio": 0.5,
+    "temperature": 0.2,
+    "seed": 0,
+}
+OBJECTIVES = ("masked_patch", "masked_patch+contrastive")
+
+
+def arch_from_spec(spec: dict[str, Any], length: int) -> backbone.BackboneArch:
+    """The architecture from a backbone's `arch:` block, for inputs of the given length."""
+    return backbone.BackboneArch(length=length, **spec.get("arch", {}))
+
+
+def random_mask(batch: int, tokens: int, ratio: float, generator: torch.Generator) -> torch.Tensor:
+    """Boolean [batch, tokens] with round(ratio * tokens) masked positions per row."""
+    n_masked = max(1, int(round(tokens * ratio)))
+    return torch.rand(batch, tokens, generator=generator).argsort(dim=1) < n_masked
+
+
+def masked_patch_loss(model: backbone.IQPatchTransformer, decoder: nn.Module, iq: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """MSE of reconstructed (unit-RMS) patches at the masked token positions; also returns the hidden states."""
+    hidden = model(iq, mask=mask)
+    target = model.patchify(backbone.normalize(iq))
+    return F.mse_loss(decoder(hidden[mask]), target[mask]), hidden
+
+
+def channel_view(iq: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A label-preserving random view: phase rotation, small CFO, time shift, extra noise."""
+    batch, _, length = iq.shape
+    signal = torch.complex(iq[:, 0], iq[:, 1])
+    phase = 2 * math.pi * torch.rand(batch, 1, generator=generator)
+    cfo = (torch.rand(batch, 1, generator=generator) - 0.5) * 2e-3
+    signal = signal * torch.exp(1j * (phase + 2 * math.pi * cfo * torch.arange(length)))
+    signal = torch.roll(signal, int(torch.randint(0, length // 4, (1,), generator=generator)), dims=1)
+    noise = torch.complex(torch.randn(batch, length, generator=generator), torch.randn(batch, length, generator=generator))
+    signal = signal + 0.3 * torch.rand(batch, 1, generator=generator) * noise / math.sqrt(2)
+    return torch.stack([signal.real, signal.imag], dim=1).float()
+
+
+def contrastive_loss(first: torch.Tensor, second: torch.Tensor, temperature: float) -> torch.Tensor:
+    """NT-Xent between two views' projected embeddings (each row's positive is its other view)."""
+    embeddings = F.normalize(torch.cat([first, second]), dim=1)
+    similarity = embeddings @ embeddings.T / temperature
+    similarity.fill_diagonal_(float("-inf"))
+    count = first.shape[0]
+    targets = torch.cat([torch.arange(count, 2 * count), torch.arange(count)])
+    return F.cross_entropy(similarity, targets)
+
+
+def pretraining_loss(model, decoder, projector, iq, options, generator) -> torch.Tensor:
+    """Masked-patch reconstruction, plus (by default) agreement between two masked channel views."""
+    tokens = model.arch.tokens
+    if options["objective"] == "masked_patch":
+        return masked_patch_loss(model, decoder, iq, random_mask(len(iq), tokens, options["mask_ratio"], generator))[0]
+    views = [channel_view(iq, generator) for _ in range(2)]
+    losses, embeddings = [], []
+    for view in views:
+        loss, hidden = masked_patch_loss(model, decoder, view, random_mask(len(iq), tokens, options["mask_ratio"], generator))
+        losses.append(loss)
+        embeddings.append(projector(hidden.mean(dim=1)))
+    return sum(losses) / 2 + contrastive_loss(*embeddings, options["temperature"])
+
+
+def pretrain_weights(arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any]) -> tuple[backbone.IQPatchTransformer, list[float]]:
+    """Masked-patch reconstruction on IQ only (labels never seen); returns the model and epoch losses."""
+    if options["objective"] not in OBJECTIVES:
+        raise ConfigError(f"backbones.*.pretrain.objective: {options['objective']!r}; choose one of {OBJECTIVES}")
+    seed = int(options["seed"])
+    model = backbone.build(arch, seed)
+    torch.manual_seed(seed)
+    decoder = nn.Linear(arch.dim, 2 * arch.patch)
+    projector = nn.Sequential(nn.Linear(arch.dim, arch.dim), nn.GELU(), nn.Linear(arch.dim, 64))
+    params = list(model.parameters()) + list(decoder.parameters()) + list(projector.parameters())
+    optimizer = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"])
+    steps_per_epoch = math.ceil(len(iq) / options["batch_size"])
+    total = max(1, steps_per_epoch * options["epochs"])
+    warmup = max(1, total // 20)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+    )
+    generator = torch.Generator().manual_seed(seed)
+    data = torch.from_numpy(iq)
+    losses = []
+    model.train()
+    progress = Progress("pretrain_backbone", total=total, unit="batch")
+    for epoch in range(options["epochs"]):
+        order = torch.randperm(len(data), generator=generator)
+        running, count = 0.0, 0
+        for start in range(0, len(data), options["batch_size"]):
+            batch = data[order[start : start + options["batch_size"]]]
+            loss = pretraining_loss(model, decoder, projector, batch, options, generator)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            scheduler.step()
+            running += loss.item() * len(batch)
+            count += len(batch)
+            progress.update(1, loss=f"{loss.item():.4f}")
+        losses.append(running / count)
+        progress.note(f"epoch {epoch + 1}/{options['epochs']}: {options['objective']} loss {losses[-1]:.4f}")
+    progress.close()
+    return model.eval(), losses
+
+
+def create(spec: dict[str, Any], dataset_dir: str | Path | None, out_dir: str | Path) -> Path:
+    """Build backbones/{name}: pretrained on a staged train split, or randomly initialized."""
+    out_dir = Path(out_dir)
+    started = provenance.start()
+    options = {**DEFAULT_PRETRAIN, **spec.get("pretrain", {})}
+    inputs = {}
+    if spec["source"] == "random":
+        if dataset_dir is None:
+            raise ConfigError(f"backbones.{spec['name']}: source 'random' still needs `dataset` for the input length")
+    dataset_dir = Path(dataset_dir)
+    sentinel_path = dataset_dir / "sentinel.json"
+    require_intact(sentinel_path, ["train.h5"], "pretrain_backbone")
+    inputs["dataset"] = upstream(sentinel_path, out_dir)
+    train = read_split(dataset_dir / "train.h5")
+    arch = arch_from_spec(spec, int(train["iq"].shape[-1]))
+    if spec["source"] == "random":
+        model, losses = backbone.build(arch, int(options["seed"])).eval(), []
+    else:
+        model, losses = pretrain_weights(arch, train["iq"], options)
+    info = {"source": spec["source"], "name": spec["name"], "pretrain": options if spec["source"] == "pretrain" else None}
+    fp = backbone.save(out_dir / "backbone.pt", model, info)
+    atomic_write_json(out_dir / "pretrain_log.json", {"loss_by_epoch": losses, "options": options})
+    outputs = {name: file_record(out_dir / name) for name in ("backbone.pt", "pretrain_log.json")}
+    provenance.finish(out_dir / "provenance.json", "pretrain_backbone", started)
+    extra = {"backbone": {"name": spec["name"], "source": spec["source"], "fingerprint": fp, "arch": asdict(arch)}}
+    return write_sentinel(out_dir, "pretrain_backbone", {"backbone": spec["name"]}, outputs, inputs, spec, "pretrain", extra)
+
+
+def import_checkpoint(spec: dict[str, Any], out_dir: str | Path) -> Path:
+    """Copy a user backbone checkpoint into backbones/{name} after checking its expected sha256."""
+    out_dir = Path(out_dir)
+    started = provenance.start()
+    source = Path(spec["path"])
+    if not source.exists():
+        raise ConfigError(f"backbones.{spec['name']}.path: {source} does not exist")
+    actual = sha256_file(source)
+    if actual != spec["sha256"]:
+        raise IntegrityError(
+            f"backbones.{spec['name']}: {source} has sha256 {actual}, config expects {spec['sha256']}. "
+            "Fix: point `path` at the intended file, or update `sha256` if the new file is intended."
+        )
+    model = backbone.load(source)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / ".backbone.pt.import"
+    shutil.copyfile(source, tmp)
+    tmp.replace(out_dir / "backbone.pt")
+    atomic_write_json(out_dir / "pretrain_log.json", {"imported_from_sha256": actual})
+    outputs = {name: file_record(out_dir / name) for name in ("backbone.pt", "pretrain_log.json")}
+    provenance.finish(out_dir / "provenance.json", "import_backbone", started)
+    extra = {"backbone": {"name": spec["name"], "source": "checkpoint", "fingerprint": model.fingerprint, "arch": asdict(model.arch)}}
+    return write_sentinel(out_dir, "import_backbone", {"backbone": spec["name"]}, outputs, {}, spec, "pretrain", extra)

@@ -1,0 +1,93 @@
+"""Final qualification: the selected artifact, evaluated once on the untouched test split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rffm import backbone, ledger, manifest, plots, provenance
+from rffm.cache import from_bf16_bits, to_bf16_bits
+from rffm.dataset import iter_iq_batches, read_split
+from rffm.errors import IntegrityError
+from rffm.files import atomic_write_json, read_json
+from rffm.head import AttentionPoolHead, HeadConfig
+from rffm.metrics import summarize
+from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
+
+OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
+
+
+def load_artifact(path: Path) -> tuple[AttentionPoolHead, dict[str, Any]]:
+    """The head and its metadata from a selection artifact."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    head = AttentionPoolHead(HeadConfig(**blob["head_config"]))
+    head.load_state_dict(blob["head"])
+    return head.eval(), blob
+
+
+def predict(model: backbone.IQPatchTransformer, head: AttentionPoolHead, test_path: Path, batch_size: int = 512) -> np.ndarray:
+    """Class predictions for the test split, hidden states rounded to BF16 exactly as in training."""
+    predictions = []
+    with torch.no_grad():
+        for _, iq in iter_iq_batches(test_path, batch_size):
+            hidden = from_bf16_bits(to_bf16_bits(model(torch.from_numpy(iq))))
+            predictions.append(head(hidden).argmax(dim=1).numpy())
+    return np.concatenate(predictions)
+
+
+def qualify(
+    spec: dict[str, Any],
+    selection_dir: str | Path,
+    dataset_dir: str | Path,
+    backbone_dir: str | Path,
+    epoch_dirs: list[str | Path],
+    cache_provenance: str | Path,
+    out_dir: str | Path,
+) -> Path:
+    """Evaluate (or recall) the run's selected artifact on the test split and write the manifest."""
+    selection_dir, dataset_dir, backbone_dir, out_dir = map(Path, (selection_dir, dataset_dir, backbone_dir, out_dir))
+    started = provenance.start()
+    selection = read_json(selection_dir / "selection.json")
+    artifact = selection["artifact_path"]
+    require_intact(selection_dir / "sentinel.json", ["selection.json", artifact], "qualify")
+    backbone_sentinel = require_intact(backbone_dir / "sentinel.json", ["backbone.pt"], "qualify")
+    dataset_sentinel = read_json(dataset_dir / "sentinel.json")
+    split_sha256 = dataset_sentinel["outputs"]["test.h5"]["sha256"]
+    head, blob = load_artifact(selection_dir / artifact)
+    if blob["backbone_fingerprint"] != backbone_sentinel["backbone"]["fingerprint"]:
+        raise IntegrityError(f"{selection_dir / artifact} was trained on backbone {blob['backbone_fingerprint'][:16]}…, not {backbone_dir}")
+
+    with ledger.locked(dataset_dir) as ledger_path:
+        entry = ledger.recorded(ledger_path, split_sha256, spec["run"], selection["artifact_sha256"])
+        if entry is not None:
+            metrics, reused = entry["metrics"], True
+        else:
+            require_intact(dataset_dir / "sentinel.json", ["test.h5"], "qualify")
+            test = read_split(dataset_dir / "test.h5")
+            model = backbone.load(backbone_dir / "backbone.pt")
+            predictions = predict(model, head, dataset_dir / "test.h5")
+            metrics = summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec.get("high_snr_db", 10.0))
+            ledger.record(ledger_path, split_sha256, spec["run"], selection["artifact_sha256"], metrics)
+            reused = False
+        exposure = ledger.exposure_count(ledger_path, split_sha256)
+
+    metrics = {**metrics, "exposure_count": exposure, "recalled_from_ledger": reused}
+    atomic_write_json(out_dir / "metrics.json", metrics)
+    title = f"{spec['run']}: test accuracy {metrics['accuracy']:.3f}"
+    plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", title, metrics.get("accuracy_by_class_and_snr"))
+    plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{spec['run']}: normalized confusion (test)")
+    steps = manifest.collect_steps(dataset_dir, backbone_dir, cache_provenance, epoch_dirs, selection_dir)
+    steps["qualify"] = provenance.finish(out_dir / "provenance.json", "qualify", started, extra={"recalled_from_ledger": reused})
+    body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps)
+    atomic_write_json(out_dir / "run_manifest.json", body)
+    outputs = {name: file_record(out_dir / name) for name in OUTPUTS}
+    inputs = {
+        "selection": upstream(selection_dir / "sentinel.json", out_dir),
+        "backbone": upstream(backbone_dir / "sentinel.json", out_dir),
+        "dataset": upstream(dataset_dir / "sentinel.json", out_dir),
+    }
+    extra = {"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": {k: metrics[k] for k in ("accuracy", "macro_f1")}}
+    return write_sentinel(out_dir, "qualify", {"run": spec["run"]}, outputs, inputs, spec, "qualify", extra)

@@ -1,0 +1,202 @@
+"""Checksummed sentinels: the deterministic record each step writes last, and their checks."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rffm.errors import IntegrityError
+from rffm.files import atomic_write_json, canonical_json, read_json, sha256_file, sha256_json
+
+SCHEMA_VERSION = 1
+SENTINEL_NAME = "sentinel.json"
+SCRATCH_PREFIX = "scratch:"
+SAMPLED_ROWS = 64
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def file_record(path: str | Path) -> dict[str, Any]:
+    """Size and full sha256 of a file."""
+    path = Path(path)
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def array_record(path: str | Path, shape: tuple[int, ...], dtype: str, full_hash: bool = False) -> dict[str, Any]:
+    """Element count, shape, dtype and a checksum of evenly sampled rows of a raw array file."""
+    path = Path(path)
+    stored = np.memmap(path, dtype=np.uint16 if dtype == "bfloat16" else np.dtype(dtype), mode="r", shape=shape)
+    rows = np.unique(np.linspace(0, shape[0] - 1, num=min(SAMPLED_ROWS, shape[0])).astype(np.int64)) if shape[0] else []
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(np.ascontiguousarray(stored[row]).tobytes())
+    record = {
+        "bytes": path.stat().st_size,
+        "dtype": dtype,
+        "elements": int(np.prod(shape)),
+        "shape": list(shape),
+        "sampled_rows": len(rows),
+        "sampled_sha256": digest.hexdigest(),
+    }
+    if full_hash:
+        record["sha256"] = sha256_file(path)
+    return record
+
+
+def upstream(sentinel_path: str | Path, relative_to: str | Path, scratch_root: str | Path | None = None) -> dict[str, str]:
+    """Reference to a consumed sentinel: its path (relative to the consumer, or scratch-relative) and digest."""
+    sentinel_path = Path(sentinel_path)
+    if scratch_root is not None:
+        ref = SCRATCH_PREFIX + sentinel_path.resolve().relative_to(Path(scratch_root).resolve()).as_posix()
+    else:
+        ref = Path(_relpath(sentinel_path, relative_to)).as_posix()
+    return {"path": ref, "sha256": sha256_file(sentinel_path)}
+
+
+def _relpath(target: Path, start: str | Path) -> str:
+    import os
+
+    return os.path.relpath(target.resolve(), Path(start).resolve())
+
+
+def write_sentinel(
+    out_dir: str | Path,
+    stage: str,
+    key: dict[str, Any],
+    outputs: dict[str, dict[str, Any]],
+    inputs: dict[str, dict[str, str]],
+    params: Any,
+    code_module: str,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write the step's sentinel last and atomically; its bytes depend only on content."""
+    body = {
+        "schema_version": SCHEMA_VERSION,
+        "stage": stage,
+        "key": key,
+        "outputs": dict(sorted(outputs.items())),
+        "inputs": dict(sorted(inputs.items())),
+        "params_sha256": sha256_json(params),
+        "code_sha256": code_digest(code_module),
+        **(extra or {}),
+    }
+    path = Path(out_dir) / SENTINEL_NAME
+    atomic_write_json(path, body)
+    return path
+
+
+def read_sentinel(path: str | Path) -> dict[str, Any]:
+    """Load a sentinel, with a clear error if it is missing or unreadable."""
+    path = Path(path)
+    try:
+        body = read_json(path)
+    except FileNotFoundError:
+        raise IntegrityError(f"{path}: sentinel is missing; the step that writes it has not completed. Fix: rerun snakemake.") from None
+    except ValueError as exc:
+        raise IntegrityError(f"{path}: sentinel is not valid JSON ({exc}). Fix: delete it and rerun snakemake.") from None
+    if body.get("schema_version") != SCHEMA_VERSION:
+        raise IntegrityError(f"{path}: sentinel schema_version {body.get('schema_version')!r}, expected {SCHEMA_VERSION}.")
+    return body
+
+
+def check_record(path: Path, record: dict[str, Any]) -> str | None:
+    """Compare a file with its record; return a description of the mismatch, or None."""
+    if not path.exists():
+        return f"{path}: missing (recorded {record['bytes']} bytes)"
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        return f"{path}: size {size} bytes, recorded {record['bytes']}"
+    if "sampled_sha256" in record:
+        actual = array_record(path, tuple(record["shape"]), record["dtype"], full_hash="sha256" in record)
+        for field in ("sampled_sha256", "sha256"):
+            if field in record and actual[field] != record[field]:
+                return f"{path}: {field} {actual[field][:16]}…, recorded {record[field][:16]}…"
+        return None
+    actual = sha256_file(path)
+    if actual != record["sha256"]:
+        return f"{path}: sha256 {actual[:16]}…, recorded {record['sha256'][:16]}…"
+    return None
+
+
+def sentinel_problems(sentinel_path: str | Path, files: list[str] | None = None) -> list[str]:
+    """Every output of a sentinel (or the named subset) that no longer matches it."""
+    sentinel_path = Path(sentinel_path)
+    body = read_sentinel(sentinel_path)
+    names = files if files is not None else list(body["outputs"])
+    problems = []
+    for name in names:
+        if name not in body["outputs"]:
+            problems.append(f"{sentinel_path.parent / name}: not listed in {sentinel_path}")
+            continue
+        problem = check_record(sentinel_path.parent / name, body["outputs"][name])
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def require_intact(sentinel_path: str | Path, files: list[str], consumer: str) -> dict[str, Any]:
+    """Stop with a clear error unless the named files match their upstream sentinel; return it."""
+    sentinel_path = Path(sentinel_path)
+    body = read_sentinel(sentinel_path)
+    problems = sentinel_problems(sentinel_path, files)
+    if problems:
+        listing = "\n  ".join(problems)
+        raise IntegrityError(
+            f"{consumer} refuses to start: inputs do not match {sentinel_path} "
+            f"(written by {body['stage']}):\n  {listing}\n"
+            f"The file was changed after its step completed. Fix: restore it, or delete "
+            f"{sentinel_path} and rerun snakemake so {body['stage']} rebuilds it."
+        )
+    return body
+
+
+def _module_file(name: str) -> Path | None:
+    relative = name.split(".")[1:]
+    candidate = PACKAGE_DIR.joinpath(*relative).with_suffix(".py") if relative else PACKAGE_DIR / "__init__.py"
+    if candidate.exists():
+        return candidate
+    package = PACKAGE_DIR.joinpath(*relative) / "__init__.py"
+    return package if package.exists() else None
+
+
+def _rffm_imports(name: str, source: str) -> set[str]:
+    found = set()
+    package = name if _module_file(name) and _module_file(name).name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "rffm")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            if base.split(".")[0] != "rffm":
+                continue
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {module for module in found if _module_file(module)}
+
+
+def code_closure(module: str) -> dict[str, str]:
+    """sha256 of the module's source and of every rffm module it imports, transitively."""
+    seen: dict[str, str] = {}
+    pending = [module if module.startswith("rffm") else f"rffm.{module}"]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        path = _module_file(name)
+        if path is None:
+            raise ValueError(f"no rffm module named {name}")
+        source = path.read_text()
+        seen[name] = hashlib.sha256(source.encode()).hexdigest()
+        pending.extend(_rffm_imports(name, source) - seen.keys())
+    return dict(sorted(seen.items()))
+
+
+def code_digest(module: str) -> str:
+    """One digest of the code a step runs: its module and the rffm modules it imports."""
+    return hashlib.sha256(canonical_json(code_closure(module)).encode()).hexdigest()

@@ -1,0 +1,261 @@
+import json
+import os
+import re
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from rffm.sentinel import code_digest
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+# Rules call the `rffm` console script installed beside the Python running Snakemake,
+# whether or not its environment is activated.
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+
+
+def check_references(config):
+    """Every name a run or backbone refers to must exist; say which key is wrong."""
+    problems = []
+    for name, backbone in config["backbones"].items():
+        if backbone["source"] in ("pretrain", "random"):
+            if "dataset" not in backbone:
+                problems.append(
+                    f"backbones.{name}.dataset: required for source '{backbone['source']}' (the staged dataset it is built on)"
+                )
+            elif backbone["dataset"] not in config["datasets"]:
+                problems.append(
+                    f"backbones.{name}.dataset: '{backbone['dataset']}' is not defined under datasets"
+                )
+        elif not {"path", "sha256"} <= backbone.keys():
+            problems.append(
+                f"backbones.{name}: source 'checkpoint' needs both `path` and `sha256`"
+            )
+    for name, run in config["runs"].items():
+        for key, table in (("dataset", "datasets"), ("backbone", "backbones")):
+            if run[key] not in config[table]:
+                problems.append(
+                    f"runs.{name}.{key}: '{run[key]}' is not defined under {table} "
+                    f"(defined: {', '.join(sorted(config[table])) or 'none'})"
+                )
+    if problems:
+        raise WorkflowError(
+            "Invalid configuration:\n  " + "\n  ".join(problems)
+        )
+
+
+check_references(config)
+
+RESULTS = config["results"].rstrip("/")
+SCRATCH = config["scratch"].rstrip("/")
+THREADS = config["threads"]
+SPLITS = ["train", "val", "test"]
+CACHE_FILES = [
+    "meta.json",
+    "train.hidden.bf16",
+    "train.labels.npy",
+    "train.snr.npy",
+    "val.hidden.bf16",
+    "val.labels.npy",
+    "val.snr.npy",
+]
+CODE = {
+    step: code_digest(step)
+    for step in ("staging", "pretrain", "cache", "train", "selection", "qualify")
+}
+
+
+def names_pattern(names):
+    """A wildcard constraint matching exactly these names (nothing when empty)."""
+    return "|".join(re.escape(name) for name in sorted(names)) or "(?!)"
+
+
+def backbones_with_source(*sources):
+    return [n for n, b in config["backbones"].items() if b["source"] in sources]
+
+
+wildcard_constraints:
+    dataset=names_pattern(config["datasets"]),
+    backbone=names_pattern(config["backbones"]),
+    run=names_pattern(config["runs"]),
+    epoch=r"[1-9][0-9]*",
+
+
+def dataset_file(dataset, name):
+    return f"{RESULTS}/datasets/{dataset}/{name}"
+
+
+def backbone_file(backbone, name):
+    return f"{RESULTS}/backbones/{backbone}/{name}"
+
+
+def cache_file(dataset, backbone, name):
+    return f"{SCRATCH}/{dataset}__{backbone}/{name}"
+
+
+def cache_provenance_file(dataset, backbone):
+    return f"{RESULTS}/caches/{dataset}__{backbone}/provenance.json"
+
+
+def run_file(run, name):
+    return f"{RESULTS}/runs/{run}/{name}"
+
+
+def epoch_file(run, epoch, name):
+    return f"{RESULTS}/runs/{run}/epochs/{epoch}/{name}"
+
+
+def as_json(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def run_config(run):
+    return config["runs"][run]
+
+
+def run_epochs(run):
+    return range(1, run_config(run)["train"]["epochs"] + 1)
+
+
+# ---- step specs passed to the rffm CLI (and tracked by Snakemake as params) ----
+
+
+def dataset_spec(wildcards):
+    return as_json({"name": wildcards.dataset, **config["datasets"][wildcards.dataset]})
+
+
+def backbone_spec(wildcards):
+    return as_json({"name": wildcards.backbone, **config["backbones"][wildcards.backbone]})
+
+
+def cache_spec(wildcards):
+    return as_json(config["cache"])
+
+
+def epoch_spec(wildcards):
+    """Everything an epoch depends on; deliberately not the total epoch count."""
+    run = run_config(wildcards.run)
+    train = {k: v for k, v in run["train"].items() if k != "epochs"}
+    return as_json({"run": wildcards.run, "train": train})
+
+
+def run_spec(wildcards):
+    run = run_config(wildcards.run)
+    return as_json({"run": wildcards.run, **run})
+
+
+# ---- input functions ----
+
+
+def backbone_inputs(wildcards):
+    dataset = config["backbones"][wildcards.backbone]["dataset"]
+    return {
+        "dataset": dataset_file(dataset, "sentinel.json"),
+        "train": ancient(dataset_file(dataset, "train.h5")),
+    }
+
+
+def imported_checkpoint(wildcards):
+    return ancient(config["backbones"][wildcards.backbone]["path"])
+
+
+def cache_inputs(wildcards):
+    return {
+        "dataset": dataset_file(wildcards.dataset, "sentinel.json"),
+        "splits": ancient(
+            [dataset_file(wildcards.dataset, f"{s}.h5") for s in ("train", "val")]
+        ),
+        "backbone": backbone_file(wildcards.backbone, "sentinel.json"),
+        "weights": ancient(backbone_file(wildcards.backbone, "backbone.pt")),
+    }
+
+
+def run_cache_dir(run):
+    cfg = run_config(run)
+    return f"{SCRATCH}/{cfg['dataset']}__{cfg['backbone']}"
+
+
+def epoch_inputs(wildcards):
+    cfg = run_config(wildcards.run)
+    inputs = {
+        "cache": cache_file(cfg["dataset"], cfg["backbone"], "sentinel.json"),
+        "cache_files": ancient(
+            [cache_file(cfg["dataset"], cfg["backbone"], f) for f in CACHE_FILES]
+        ),
+    }
+    epoch = int(wildcards.epoch)
+    if epoch > 1:
+        inputs["previous"] = epoch_file(wildcards.run, epoch - 1, "sentinel.json")
+        inputs["previous_checkpoint"] = ancient(
+            epoch_file(wildcards.run, epoch - 1, "checkpoint.pt")
+        )
+    return inputs
+
+
+def previous_epoch_arg(wildcards):
+    epoch = int(wildcards.epoch)
+    if epoch == 1:
+        return ""
+    return "--previous-dir " + epoch_file(wildcards.run, epoch - 1, "").rstrip("/")
+
+
+def epoch_dirs(run):
+    return [epoch_file(run, e, "").rstrip("/") for e in run_epochs(run)]
+
+
+def selection_inputs(wildcards):
+    return {
+        "epochs": [epoch_file(wildcards.run, e, "sentinel.json") for e in run_epochs(wildcards.run)],
+        "metrics": ancient(
+            [epoch_file(wildcards.run, e, "metrics.json") for e in run_epochs(wildcards.run)]
+        ),
+        "checkpoints": ancient(
+            [epoch_file(wildcards.run, e, "checkpoint.pt") for e in run_epochs(wildcards.run)]
+        ),
+    }
+
+
+def qualify_inputs(wildcards):
+    cfg = run_config(wildcards.run)
+    dataset, backbone = cfg["dataset"], cfg["backbone"]
+    steps = [
+        dataset_file(dataset, "provenance.json"),
+        backbone_file(backbone, "provenance.json"),
+        cache_provenance_file(dataset, backbone),
+        run_file(wildcards.run, "selection/provenance.json"),
+    ] + [epoch_file(wildcards.run, e, "provenance.json") for e in run_epochs(wildcards.run)]
+    return {
+        "selection": run_file(wildcards.run, "selection/sentinel.json"),
+        "artifact": ancient(run_file(wildcards.run, "selection/artifact")),
+        "backbone": backbone_file(backbone, "sentinel.json"),
+        "weights": ancient(backbone_file(backbone, "backbone.pt")),
+        "dataset": dataset_file(dataset, "sentinel.json"),
+        "test": ancient(dataset_file(dataset, "test.h5")),
+        "provenance": ancient(steps),
+        "epoch_metrics": ancient(
+            [epoch_file(wildcards.run, e, "metrics.json") for e in run_epochs(wildcards.run)]
+        ),
+    }
+
+
+def qualify_dirs(wildcards):
+    cfg = run_config(wildcards.run)
+    return {
+        "dataset": dataset_file(cfg["dataset"], "").rstrip("/"),
+        "backbone": backbone_file(cfg["backbone"], "").rstrip("/"),
+        "cache_provenance": cache_provenance_file(cfg["dataset"], cfg["backbone"]),
+        "epochs": " ".join(epoch_dirs(wildcards.run)),
+    }
+
+
+# ---- targets ----
+
+
+def all_selections():
+    return [run_file(run, "selection/sentinel.json") for run in config["runs"]]
+
+
+def all_manifests():
+    return [run_file(run, "qualification/run_manifest.json") for run in config["runs"]]

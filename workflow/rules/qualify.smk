@@ -1,0 +1,37 @@
+rule qualify:
+    input:
+        unpack(qualify_inputs),
+    output:
+        metrics=report(
+            run_file("{run}", "qualification/metrics.json"),
+            caption="../report/metrics.rst",
+            category="{run}",
+        ),
+        accuracy_vs_snr=report(
+            run_file("{run}", "qualification/accuracy_vs_snr.png"),
+            caption="../report/accuracy_vs_snr.rst",
+            category="{run}",
+        ),
+        confusion=report(
+            run_file("{run}", "qualification/confusion_matrix.png"),
+            caption="../report/confusion_matrix.rst",
+            category="{run}",
+        ),
+        manifest=run_file("{run}", "qualification/run_manifest.json"),
+        provenance=run_file("{run}", "qualification/provenance.json"),
+        sentinel=run_file("{run}", "qualification/sentinel.json"),
+    params:
+        spec=run_spec,
+        code=CODE["qualify"],
+        dirs=qualify_dirs,
+        selection_dir=run_file("{run}", "selection"),
+        out_dir=run_file("{run}", "qualification"),
+    threads: THREADS
+    log:
+        f"{RESULTS}/logs/qualify/{{run}}.log",
+    shell:
+        "rffm qualify --spec {params.spec:q} --threads {threads}"
+        " --selection-dir {params.selection_dir} --dataset-dir {params.dirs[dataset]}"
+        " --backbone-dir {params.dirs[backbone]} --cache-provenance {params.dirs[cache_provenance]}"
+        " --epoch-dirs {params.dirs[epochs]}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,18 @@
+rule select_checkpoint:
+    input:
+        unpack(selection_inputs),
+    output:
+        selection=run_file("{run}", "selection/selection.json"),
+        artifact=directory(run_file("{run}", "selection/artifact")),
+        provenance=run_file("{run}", "selection/provenance.json"),
+        sentinel=run_file("{run}", "selection/sentinel.json"),
+    params:
+        spec=run_spec,
+        code=CODE["selection"],
+        epoch_dirs=lambda wildcards: " ".join(epoch_dirs(wildcards.run)),
+        out_dir=run_file("{run}", "selection"),
+    log:
+        f"{RESULTS}/logs/select_checkpoint/{{run}}.log",
+    shell:
+        "rffm select --spec {params.spec:q} --epoch-dirs {params.epoch_dirs}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
