@@ -21,6 +21,7 @@ setup: $(BIN)/rffm
 run: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES)
 	$(BIN)/rffm verify results
+	$(BIN)/rffm status results
 
 test: setup
 	$(BIN)/python -m pytest -q
@@ -33,7 +34,7 @@ lint: setup
 # The default run next to the same head on a frozen, randomly initialized backbone (the floor).
 floor: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml
-	$(BIN)/rffm compare results
+	$(BIN)/rffm status results
 
 clean:
 	rm -rf results scratch .snakemake

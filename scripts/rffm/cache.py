@@ -63,7 +63,9 @@ def check_disk_budget(directory: Path, needed: int, headroom: float = DISK_HEADR
         )
 
 
-def build(dataset_dir: str | Path, backbone_dir: str | Path, out_dir: str | Path, provenance_path: str | Path, batch_size: int = 256) -> Path:
+def build(
+    dataset_dir: str | Path, backbone_dir: str | Path, out_dir: str | Path, provenance_path: str | Path, batch_size: int = 256
+) -> Path:
     """Run the frozen backbone once over train and val and store BF16 hidden states."""
     dataset_dir, backbone_dir, out_dir = Path(dataset_dir), Path(backbone_dir), Path(out_dir)
     started = provenance.start()
@@ -108,10 +110,11 @@ def build(dataset_dir: str | Path, backbone_dir: str | Path, out_dir: str | Path
     # results-tree paths are meaningless from scratch; record the digests only
     for ref in inputs.values():
         ref["path"] = None
-    provenance.finish(provenance_path, "build_cache", started)
+    provenance.finish(provenance_path, "build_cache", started, extra={"batch_size": batch_size})
     key = {"dataset": dataset_sentinel["key"]["dataset"], "backbone": backbone_sentinel["key"]["backbone"]}
     extra = {"backbone_fingerprint": model.fingerprint}
-    return write_sentinel(out_dir, "build_cache", key, outputs, inputs, {"batch_size": batch_size}, "cache", extra)
+    # batch size is an execution detail: outputs are identical whatever it is, so it is not a param
+    return write_sentinel(out_dir, "build_cache", key, outputs, inputs, {}, "cache", extra)
 
 
 class CacheSplit:

@@ -47,7 +47,7 @@ def cmd_build_cache(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
     from rffm.cache import build
 
-    build(args.dataset_dir, args.backbone_dir, args.out_dir, args.provenance, batch_size=args.spec.get("batch_size", 256))
+    build(args.dataset_dir, args.backbone_dir, args.out_dir, args.provenance, batch_size=args.batch_size)
 
 
 def cmd_train_epoch(args: argparse.Namespace) -> None:
@@ -84,6 +84,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from rffm.status import collect, render
+
+    rows = collect(args.results_dir)
+    if not rows:
+        print(f"no runs under {args.results_dir}/runs")
+        return 1
+    print(render(rows))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     top = argparse.ArgumentParser(prog="rffm", description=__doc__)
@@ -105,7 +116,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--out-dir", required=True)
     sub = command("import-backbone", cmd_import_backbone, "Import a user backbone checkpoint after checking its sha256.")
     sub.add_argument("--out-dir", required=True)
-    sub = command("build-cache", cmd_build_cache, "Run the frozen backbone over train and val into the BF16 cache.", threads=True)
+    sub = command(
+        "build-cache", cmd_build_cache, "Run the frozen backbone over train and val into the BF16 cache.", spec=False, threads=True
+    )
+    sub.add_argument("--batch-size", type=int, default=256, help="examples per backbone forward (does not change outputs)")
     for flag in ("--dataset-dir", "--backbone-dir", "--out-dir", "--provenance"):
         sub.add_argument(flag, required=True)
     sub = command("train-epoch", cmd_train_epoch, "Train one epoch of the head from cached hidden states.", threads=True)
@@ -123,6 +137,8 @@ def parser() -> argparse.ArgumentParser:
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")
+    sub = command("status", cmd_status, "Show every run's progress and results (reads sentinels only).", spec=False)
+    sub.add_argument("results_dir", nargs="?", default="results")
     return top
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rffm.errors import ExposureError
 from rffm.files import atomic_write_json, read_json

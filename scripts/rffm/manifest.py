@@ -18,7 +18,9 @@ def _provenance(path: Path) -> dict[str, Any]:
     return read_json(path) if path.exists() else {"missing": str(path)}
 
 
-def collect_steps(dataset_dir: Path, backbone_dir: Path, cache_provenance: str | Path, epoch_dirs: list, selection_dir: Path) -> dict[str, Any]:
+def collect_steps(
+    dataset_dir: Path, backbone_dir: Path, cache_provenance: str | Path, epoch_dirs: list, selection_dir: Path
+) -> dict[str, Any]:
     """Per-rule provenance records of the steps this run consumed."""
     epochs = [_provenance(Path(d) / "provenance.json") for d in epoch_dirs]
     backbone_record = _provenance(backbone_dir / "provenance.json")
@@ -39,7 +41,9 @@ def source_revision(workflow_dir: str | Path | None) -> dict[str, Any]:
         return {"source_revision": None, "dirty": None}
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workflow_dir, capture_output=True, text=True, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=workflow_dir, capture_output=True, text=True, check=True).stdout
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=workflow_dir, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return {"source_revision": None, "dirty": None}
     return {"source_revision": commit, "dirty": bool(status.strip())}
@@ -122,7 +126,11 @@ def build(
             "device": steps.get("qualify", {}).get("device"),
             "steps": {
                 rule: {key: record.get(key) for key in ("executor", "job_id", "host", "device", "image")}
-                | ({"jobs": [{k: j.get(k) for k in ("epoch", "executor", "job_id", "host", "device", "image")} for j in record["jobs"]]} if "jobs" in record else {})
+                | (
+                    {"jobs": [{k: j.get(k) for k in ("epoch", "executor", "job_id", "host", "device", "image")} for j in record["jobs"]]}
+                    if "jobs" in record
+                    else {}
+                )
                 for rule, record in steps.items()
             },
             "launch_profile": launch_profile(spec.get("launch_profile")),

@@ -15,7 +15,7 @@ PNG_METADATA = {"Software": None}
 
 
 def _save(fig, path: str | Path) -> None:
-    from rffm.files import temporary_sibling, commit_file
+    from rffm.files import commit_file, temporary_sibling
 
     tmp = temporary_sibling(path)
     fig.savefig(tmp, format="png", dpi=110, metadata=PNG_METADATA, bbox_inches="tight")
@@ -51,7 +51,15 @@ def confusion(metrics: dict[str, Any], path: str | Path, title: str) -> None:
     for i in range(len(classes)):
         for j in range(len(classes)):
             if normalized[i, j] >= 0.01:
-                ax.text(j, i, f"{normalized[i, j]:.2f}", ha="center", va="center", fontsize=6, color="white" if normalized[i, j] > 0.5 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{normalized[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if normalized[i, j] > 0.5 else "black",
+                )
     ax.set(xlabel="predicted class", ylabel="true class", title=title)
     fig.colorbar(image, ax=ax, fraction=0.046, label="fraction of true class")
     _save(fig, path)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,9 @@ def random_mask(batch: int, tokens: int, ratio: float, generator: torch.Generato
     return torch.rand(batch, tokens, generator=generator).argsort(dim=1) < n_masked
 
 
-def masked_patch_loss(model: backbone.IQPatchTransformer, decoder: nn.Module, iq: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_patch_loss(
+    model: backbone.IQPatchTransformer, decoder: nn.Module, iq: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """MSE of reconstructed (unit-RMS) patches at the masked token positions; also returns the hidden states."""
     hidden = model(iq, mask=mask)
     target = model.patchify(backbone.normalize(iq))
@@ -88,7 +90,9 @@ def pretraining_loss(model, decoder, projector, iq, options, generator) -> torch
     return sum(losses) / 2 + contrastive_loss(*embeddings, options["temperature"])
 
 
-def pretrain_weights(arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any]) -> tuple[backbone.IQPatchTransformer, list[float]]:
+def pretrain_weights(
+    arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any]
+) -> tuple[backbone.IQPatchTransformer, list[float]]:
     """Masked-patch reconstruction on IQ only (labels never seen); returns the model and epoch losses."""
     if options["objective"] not in OBJECTIVES:
         raise ConfigError(f"backbones.*.pretrain.objective: {options['objective']!r}; choose one of {OBJECTIVES}")

@@ -77,7 +77,10 @@ def select(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Pa
         "backbone": {"name": spec["backbone"], "fingerprint": checkpoint["backbone_fingerprint"]},
         "classes": checkpoint["classes"],
         "head_config": checkpoint["head_config"],
-        "input_normalization": "IQ float32 [N, 2, L]; per-example unit RMS inside the backbone; head reads the backbone's per-token hidden states (BF16-rounded, FP32 compute)",
+        "input_normalization": (
+            "IQ float32 [N, 2, L]; per-example unit RMS inside the backbone; "
+            "the head reads per-token hidden states rounded to BF16 and computes in FP32"
+        ),
         "training": {k: v for k, v in spec["train"].items()},
         "selection": evidence,
     }

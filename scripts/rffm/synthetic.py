@@ -50,9 +50,7 @@ def rrc_taps(beta: float, sps: int, span: int) -> np.ndarray:
         if abs(ti) < 1e-12:
             taps[i] = 1 - beta + 4 * beta / np.pi
         elif abs(abs(4 * beta * ti) - 1) < 1e-9:
-            taps[i] = beta / np.sqrt(2) * (
-                (1 + 2 / np.pi) * np.sin(np.pi / (4 * beta)) + (1 - 2 / np.pi) * np.cos(np.pi / (4 * beta))
-            )
+            taps[i] = beta / np.sqrt(2) * ((1 + 2 / np.pi) * np.sin(np.pi / (4 * beta)) + (1 - 2 / np.pi) * np.cos(np.pi / (4 * beta)))
         else:
             taps[i] = (np.sin(np.pi * ti * (1 - beta)) + 4 * beta * ti * np.cos(np.pi * ti * (1 + beta))) / (
                 np.pi * ti * (1 - (4 * beta * ti) ** 2)
@@ -147,7 +145,7 @@ def channel(x: np.ndarray, snr_db: float, imp: Impairments, rng: np.random.Gener
         k = imp.rician_k
         gains[0] = np.sqrt(k / (k + 1)) * np.exp(1j * rng.uniform(0, 2 * np.pi)) + np.sqrt(1 / (k + 1)) * gains[0]
         lags = np.arange(ntap) - ntap // 2 + 1
-        taps = sum(g * m * np.sinc(lags - d) for g, m, d in zip(gains, mags, delays))
+        taps = sum(g * m * np.sinc(lags - d) for g, m, d in zip(gains, mags, delays, strict=True))
         x = np.convolve(x, taps / np.sqrt(np.sum(np.abs(taps) ** 2)), mode="same")
     gain = 10 ** (rng.uniform(-imp.iq_gain_db_max, imp.iq_gain_db_max) / 20)
     skew = np.deg2rad(rng.uniform(-imp.iq_phase_deg_max, imp.iq_phase_deg_max))

@@ -1,52 +1,39 @@
 import json
 import os
 import re
+import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import validate
 
+from rffm import config as rffm_config
+from rffm.locks import clear_stale_lock
 from rffm.sentinel import code_digest
 
-
+config_problems = rffm_config.problems(
+    config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
+)
+if config_problems:
+    listing = "\n  ".join(config_problems)
+    raise WorkflowError(
+        f"Invalid configuration (workflow/schemas/config.schema.yaml):\n  {listing}"
+    )
+# fills the schema's defaults (results, scratch, threads, ...)
 validate(config, schema="../schemas/config.schema.yaml")
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
-# whether or not its environment is activated.
-os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+# whether or not its environment is activated (bash strict mode kept).
+shell.prefix(
+    f"set -euo pipefail; export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; "
+)
 
-
-def check_references(config):
-    """Every name a run or backbone refers to must exist; say which key is wrong."""
-    problems = []
-    for name, backbone in config["backbones"].items():
-        if backbone["source"] in ("pretrain", "random"):
-            if "dataset" not in backbone:
-                problems.append(
-                    f"backbones.{name}.dataset: required for source '{backbone['source']}' (the staged dataset it is built on)"
-                )
-            elif backbone["dataset"] not in config["datasets"]:
-                problems.append(
-                    f"backbones.{name}.dataset: '{backbone['dataset']}' is not defined under datasets"
-                )
-        elif not {"path", "sha256"} <= backbone.keys():
-            problems.append(
-                f"backbones.{name}: source 'checkpoint' needs both `path` and `sha256`"
-            )
-    for name, run in config["runs"].items():
-        for key, table in (("dataset", "datasets"), ("backbone", "backbones")):
-            if run[key] not in config[table]:
-                problems.append(
-                    f"runs.{name}.{key}: '{run[key]}' is not defined under {table} "
-                    f"(defined: {', '.join(sorted(config[table])) or 'none'})"
-                )
-    if problems:
-        raise WorkflowError(
-            "Invalid configuration:\n  " + "\n  ".join(problems)
-        )
-
-
-check_references(config)
+# After SIGKILL, let `snakemake --rerun-incomplete` proceed without a manual --unlock.
+if workflow.is_main_process:
+    stale_lock_message = clear_stale_lock(os.getcwd())
+    if stale_lock_message:
+        logger.warning(stale_lock_message)
 
 RESULTS = config["results"].rstrip("/")
 SCRATCH = config["scratch"].rstrip("/")
@@ -127,11 +114,9 @@ def dataset_spec(wildcards):
 
 
 def backbone_spec(wildcards):
-    return as_json({"name": wildcards.backbone, **config["backbones"][wildcards.backbone]})
-
-
-def cache_spec(wildcards):
-    return as_json(config["cache"])
+    return as_json(
+        {"name": wildcards.backbone, **config["backbones"][wildcards.backbone]}
+    )
 
 
 def epoch_spec(wildcards):
@@ -198,7 +183,8 @@ def previous_epoch_arg(wildcards):
     epoch = int(wildcards.epoch)
     if epoch == 1:
         return ""
-    return "--previous-dir " + epoch_file(wildcards.run, epoch - 1, "").rstrip("/")
+    previous = epoch_file(wildcards.run, epoch - 1, "").rstrip("/")
+    return f"--previous-dir {previous}"
 
 
 def epoch_dirs(run):
@@ -207,12 +193,21 @@ def epoch_dirs(run):
 
 def selection_inputs(wildcards):
     return {
-        "epochs": [epoch_file(wildcards.run, e, "sentinel.json") for e in run_epochs(wildcards.run)],
+        "epochs": [
+            epoch_file(wildcards.run, e, "sentinel.json")
+            for e in run_epochs(wildcards.run)
+        ],
         "metrics": ancient(
-            [epoch_file(wildcards.run, e, "metrics.json") for e in run_epochs(wildcards.run)]
+            [
+                epoch_file(wildcards.run, e, "metrics.json")
+                for e in run_epochs(wildcards.run)
+            ]
         ),
         "checkpoints": ancient(
-            [epoch_file(wildcards.run, e, "checkpoint.pt") for e in run_epochs(wildcards.run)]
+            [
+                epoch_file(wildcards.run, e, "checkpoint.pt")
+                for e in run_epochs(wildcards.run)
+            ]
         ),
     }
 
@@ -225,7 +220,11 @@ def qualify_inputs(wildcards):
         backbone_file(backbone, "provenance.json"),
         cache_provenance_file(dataset, backbone),
         run_file(wildcards.run, "selection/provenance.json"),
-    ] + [epoch_file(wildcards.run, e, "provenance.json") for e in run_epochs(wildcards.run)]
+        *(
+            epoch_file(wildcards.run, e, "provenance.json")
+            for e in run_epochs(wildcards.run)
+        ),
+    ]
     return {
         "selection": run_file(wildcards.run, "selection/sentinel.json"),
         "artifact": ancient(run_file(wildcards.run, "selection/artifact")),
@@ -235,7 +234,10 @@ def qualify_inputs(wildcards):
         "test": ancient(dataset_file(dataset, "test.h5")),
         "provenance": ancient(steps),
         "epoch_metrics": ancient(
-            [epoch_file(wildcards.run, e, "metrics.json") for e in run_epochs(wildcards.run)]
+            [
+                epoch_file(wildcards.run, e, "metrics.json")
+                for e in run_epochs(wildcards.run)
+            ]
         ),
     }
 

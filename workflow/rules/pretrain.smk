@@ -6,16 +6,18 @@ rule pretrain_backbone:
         log_json=backbone_file("{backbone}", "pretrain_log.json"),
         provenance=backbone_file("{backbone}", "provenance.json"),
         sentinel=backbone_file("{backbone}", "sentinel.json"),
+    log:
+        f"{RESULTS}/logs/pretrain_backbone/{{backbone}}.log",
     wildcard_constraints:
         backbone=names_pattern(backbones_with_source("pretrain", "random")),
+    conda:
+        "../../envs/rffm.yaml"
+    threads: THREADS
     params:
         spec=backbone_spec,
         code=CODE["pretrain"],
         dataset_dir=lambda wildcards, input: input.dataset.rsplit("/", 1)[0],
         out_dir=backbone_file("{backbone}", ""),
-    threads: THREADS
-    log:
-        f"{RESULTS}/logs/pretrain_backbone/{{backbone}}.log",
     shell:
         "rffm pretrain --spec {params.spec:q} --threads {threads}"
         " --dataset-dir {params.dataset_dir} --out-dir {params.out_dir} > {log} 2>&1"
@@ -29,13 +31,15 @@ rule import_backbone:
         log_json=backbone_file("{backbone}", "pretrain_log.json"),
         provenance=backbone_file("{backbone}", "provenance.json"),
         sentinel=backbone_file("{backbone}", "sentinel.json"),
+    log:
+        f"{RESULTS}/logs/import_backbone/{{backbone}}.log",
     wildcard_constraints:
         backbone=names_pattern(backbones_with_source("checkpoint")),
+    conda:
+        "../../envs/rffm.yaml"
     params:
         spec=backbone_spec,
         code=CODE["pretrain"],
         out_dir=backbone_file("{backbone}", ""),
-    log:
-        f"{RESULTS}/logs/import_backbone/{{backbone}}.log",
     shell:
         "rffm import-backbone --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"

@@ -20,15 +20,17 @@ rule qualify:
         manifest=run_file("{run}", "qualification/run_manifest.json"),
         provenance=run_file("{run}", "qualification/provenance.json"),
         sentinel=run_file("{run}", "qualification/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/qualify/{{run}}.log",
+    conda:
+        "../../envs/rffm.yaml"
+    threads: THREADS
     params:
         spec=run_spec,
         code=CODE["qualify"],
         dirs=qualify_dirs,
         selection_dir=run_file("{run}", "selection"),
         out_dir=run_file("{run}", "qualification"),
-    threads: THREADS
-    log:
-        f"{RESULTS}/logs/qualify/{{run}}.log",
     shell:
         "rffm qualify --spec {params.spec:q} --threads {threads}"
         " --selection-dir {params.selection_dir} --dataset-dir {params.dirs[dataset]}"

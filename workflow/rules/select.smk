@@ -6,13 +6,15 @@ rule select_checkpoint:
         artifact=directory(run_file("{run}", "selection/artifact")),
         provenance=run_file("{run}", "selection/provenance.json"),
         sentinel=run_file("{run}", "selection/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/select_checkpoint/{{run}}.log",
+    conda:
+        "../../envs/rffm.yaml"
     params:
         spec=run_spec,
         code=CODE["selection"],
         epoch_dirs=lambda wildcards: " ".join(epoch_dirs(wildcards.run)),
         out_dir=run_file("{run}", "selection"),
-    log:
-        f"{RESULTS}/logs/select_checkpoint/{{run}}.log",
     shell:
         "rffm select --spec {params.spec:q} --epoch-dirs {params.epoch_dirs}"
         " --out-dir {params.out_dir} > {log} 2>&1"

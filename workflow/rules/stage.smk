@@ -3,11 +3,13 @@ rule stage_dataset:
         splits=expand(dataset_file("{{dataset}}", "{split}.h5"), split=SPLITS),
         provenance=dataset_file("{dataset}", "provenance.json"),
         sentinel=dataset_file("{dataset}", "sentinel.json"),
+    log:
+        f"{RESULTS}/logs/stage_dataset/{{dataset}}.log",
+    conda:
+        "../../envs/rffm.yaml"
     params:
         spec=dataset_spec,
         code=CODE["staging"],
         out_dir=dataset_file("{dataset}", ""),
-    log:
-        f"{RESULTS}/logs/stage_dataset/{{dataset}}.log",
     shell:
         "rffm stage --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"

@@ -6,15 +6,17 @@ rule train_epoch:
         metrics=epoch_file("{run}", "{epoch}", "metrics.json"),
         provenance=epoch_file("{run}", "{epoch}", "provenance.json"),
         sentinel=epoch_file("{run}", "{epoch}", "sentinel.json"),
+    log:
+        f"{RESULTS}/logs/train_epoch/{{run}}/{{epoch}}.log",
+    conda:
+        "../../envs/rffm.yaml"
+    threads: THREADS
     params:
         spec=epoch_spec,
         code=CODE["train"],
         cache_dir=lambda wildcards: run_cache_dir(wildcards.run),
         previous=previous_epoch_arg,
         out_dir=epoch_file("{run}", "{epoch}", ""),
-    threads: THREADS
-    log:
-        f"{RESULTS}/logs/train_epoch/{{run}}/{{epoch}}.log",
     shell:
         "rffm train-epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
         " --cache-dir {params.cache_dir} {params.previous} --out-dir {params.out_dir} > {log} 2>&1"

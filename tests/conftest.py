@@ -1,0 +1,101 @@
+"""Shared fixtures: a tiny configuration and helpers that run real Snakemake on it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+TINY = REPO / "tests" / "tiny.yaml"
+TARGET_RULES = {"final_qualification", "validation_selection"}
+
+
+def tiny_config() -> dict:
+    """A fresh copy of the tiny configuration."""
+    return yaml.safe_load(TINY.read_text())
+
+
+def write_config(workdir: Path, config: dict) -> Path:
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, **popen) -> subprocess.CompletedProcess:
+    """Run the real workflow in workdir with its config.yaml."""
+    command = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RFFM_PLAIN_PROGRESS": "1"}
+    result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, **popen)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
+    return result
+
+
+JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
+
+
+def planned_jobs(workdir: Path, *targets: str) -> list[str]:
+    """The jobs a dry run plans, as sorted 'rule[wildcards]' strings (target rules left out)."""
+    output = snakemake(workdir, "-n", *targets).stdout
+    jobs, current = [], None
+    for line in output.splitlines():
+        if match := JOB_HEADER.match(line):
+            if current:
+                jobs.append(current)
+            current = match.group(1)
+        elif current and (match := WILDCARDS.match(line)):
+            current += f"[{match.group(1)}]"
+    if current:
+        jobs.append(current)
+    return sorted(job for job in jobs if job.split("[")[0] not in TARGET_RULES)
+
+
+def copy_workdir(source: Path, destination: Path) -> Path:
+    """Copy a finished working directory, keeping modification times and Snakemake metadata."""
+    shutil.copytree(source, destination, symlinks=True, copy_function=shutil.copy2)
+    return destination
+
+
+@pytest.fixture(scope="session")
+def finished_workdir(tmp_path_factory) -> Path:
+    """The tiny workflow run to completion once per session (copy it before changing anything)."""
+    workdir = tmp_path_factory.mktemp("finished")
+    write_config(workdir, tiny_config())
+    snakemake(workdir)
+    return workdir
+
+
+@pytest.fixture
+def workdir(finished_workdir: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished tiny workflow."""
+    return copy_workdir(finished_workdir, tmp_path / "work")
+
+
+@pytest.fixture
+def fresh_workdir(tmp_path: Path) -> Path:
+    """An empty working directory with the tiny configuration."""
+    workdir = tmp_path / "fresh"
+    workdir.mkdir()
+    write_config(workdir, tiny_config())
+    return workdir

@@ -1,0 +1,42 @@
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import BIN
+from rffm.cli import main
+
+
+def test_status_lists_runs_and_manifest_paths(finished_workdir: Path, capsys):
+    assert main(["status", str(finished_workdir / "results")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["run", "epochs"]
+    assert lines[1].split()[:2] == ["base", "3"]
+    assert lines[-1] == f"run manifest: {finished_workdir}/results/runs/base/qualification/run_manifest.json"
+
+
+def test_errors_are_one_clear_line_without_traceback(tmp_path: Path):
+    result = subprocess.run(
+        [
+            str(BIN / "rffm"),
+            "train-epoch",
+            "--spec",
+            '{"run": "r", "train": {"lr": 1, "batch_size": 2, "seed": 0}}',
+            "--epoch",
+            "1",
+            "--cache-dir",
+            str(tmp_path),
+            "--out-dir",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("rffm train-epoch: error:") and "sentinel is missing" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_module_entry_point_matches_the_console_script():
+    result = subprocess.run([sys.executable, "-m", "rffm", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "verify" in result.stdout and "train-epoch" in result.stdout

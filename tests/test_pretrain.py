@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rffm import backbone, pretrain, staging
+from rffm.errors import IntegrityError
+from rffm.files import sha256_file
+
+DATASET = {
+    "name": "t",
+    "source": "synthetic",
+    "seed": 1,
+    "synthetic": {"classes": ["BPSK", "WBFM"], "snr_db": {"min": 10, "max": 10, "step": 1}, "examples_per_class_snr": 20, "length": 32},
+}
+BACKBONE = {
+    "name": "b",
+    "source": "pretrain",
+    "dataset": "t",
+    "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2},
+    "pretrain": {"epochs": 2, "batch_size": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("ds")
+    staging.stage(DATASET, directory)
+    return directory
+
+
+@pytest.mark.parametrize("objective", pretrain.OBJECTIVES)
+def test_pretraining_reduces_its_loss_and_is_deterministic(dataset_dir: Path, tmp_path: Path, objective: str):
+    spec = {**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "epochs": 6, "objective": objective}}
+    pretrain.create(spec, dataset_dir, tmp_path / "a")
+    pretrain.create(spec, dataset_dir, tmp_path / "b")
+    losses = __import__("json").loads((tmp_path / "a/pretrain_log.json").read_text())["loss_by_epoch"]
+    assert losses[-1] < losses[0]
+    assert sha256_file(tmp_path / "a/backbone.pt") == sha256_file(tmp_path / "b/backbone.pt")
+
+
+def test_random_source_is_the_seeded_initializer(dataset_dir: Path, tmp_path: Path):
+    pretrain.create({**BACKBONE, "source": "random"}, dataset_dir, tmp_path)
+    loaded = backbone.load(tmp_path / "backbone.pt")
+    fresh = backbone.build(loaded.arch, 0)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), fresh.state_dict().values(), strict=True))
+
+
+def test_pretraining_never_reads_labels(dataset_dir: Path, tmp_path: Path, monkeypatch):
+    real = pretrain.read_split
+
+    def iq_only(path):
+        split = real(path)
+        split["label"] = np.full_like(split["label"], -1)
+        return split
+
+    monkeypatch.setattr(pretrain, "read_split", iq_only)
+    pretrain.create(BACKBONE, dataset_dir, tmp_path / "scrambled")
+    monkeypatch.setattr(pretrain, "read_split", real)
+    pretrain.create(BACKBONE, dataset_dir, tmp_path / "real")
+    assert sha256_file(tmp_path / "scrambled/backbone.pt") == sha256_file(tmp_path / "real/backbone.pt")
+
+
+def test_import_checks_the_expected_sha256(dataset_dir: Path, tmp_path: Path):
+    pretrain.create(BACKBONE, dataset_dir, tmp_path / "made")
+    source = tmp_path / "made/backbone.pt"
+    spec = {"name": "user", "source": "checkpoint", "path": str(source), "sha256": sha256_file(source)}
+    pretrain.import_checkpoint(spec, tmp_path / "imported")
+    assert sha256_file(tmp_path / "imported/backbone.pt") == spec["sha256"]
+    with pytest.raises(IntegrityError, match="config expects"):
+        pretrain.import_checkpoint({**spec, "sha256": "0" * 64}, tmp_path / "other")

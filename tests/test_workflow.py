@@ -1,0 +1,124 @@
+"""Invalidation guarantees of the real workflow on the tiny configuration (SPEC section 4)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, SNAKEFILE, planned_jobs, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+EPOCHS = [f"train_epoch[run=base, epoch={e}]" for e in (1, 2, 3)]
+EVERY_JOB = sorted(
+    ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
+    + EPOCHS
+    + ["select_checkpoint[run=base]", "qualify[run=base]"]
+)
+
+
+def test_fresh_dry_run_lists_the_whole_plan(fresh_workdir: Path):
+    assert planned_jobs(fresh_workdir) == EVERY_JOB
+    assert not (fresh_workdir / "results").exists()
+
+
+def test_complete_run_has_nothing_to_do(workdir: Path):
+    assert planned_jobs(workdir) == []
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
+
+
+def test_touching_every_file_reruns_nothing(workdir: Path):
+    files = [p for root in ("results", "scratch") for p in (workdir / root).rglob("*") if p.is_file()]
+    assert len(files) > 30
+    later = time.time() + 5
+    for path in files:
+        os.utime(path, (later, later))
+    assert planned_jobs(workdir) == []
+
+
+def test_head_lr_change_reruns_only_epochs_and_selection(workdir: Path):
+    config = tiny_config()
+    config["runs"]["base"]["train"]["lr"] = 0.02
+    write_config(workdir, config)
+    assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]"])
+
+
+def test_more_epochs_run_only_the_new_ones(workdir: Path):
+    config = tiny_config()
+    config["runs"]["base"]["train"]["epochs"] = 6
+    write_config(workdir, config)
+    new = [f"train_epoch[run=base, epoch={e}]" for e in (4, 5, 6)]
+    assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]"])
+
+
+def test_staging_seed_change_reruns_everything(workdir: Path):
+    config = tiny_config()
+    config["datasets"]["tiny"]["seed"] = 12
+    write_config(workdir, config)
+    assert planned_jobs(workdir) == EVERY_JOB
+
+
+def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch):
+    """A different code digest for the selection module reruns selection (and qualification)."""
+    from rffm import sentinel
+
+    real = sentinel.code_digest("selection")
+    assert real != sentinel.code_digest("train")
+    # simulate an edit of rffm/selection.py by changing the digest the workflow computes
+    sitecustomize = workdir / "sitecustomize.py"
+    sitecustomize.write_text(
+        "import rffm.sentinel as s\n_real = s.code_digest\n"
+        "s.code_digest = lambda m: ('edited' + _real(m)) if m == 'selection' else _real(m)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    assert planned_jobs(workdir) == ["qualify[run=base]", "select_checkpoint[run=base]"]
+
+
+def _wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout}s")
+        time.sleep(0.05)
+
+
+def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_workdir: Path, finished_workdir: Path):
+    command = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(fresh_workdir),
+        "--configfile",
+        str(fresh_workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    process = subprocess.Popen(
+        command, cwd=fresh_workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    epoch2 = fresh_workdir / "results/runs/base/epochs/2"
+    try:
+        _wait_for(fresh_workdir / "results/logs/train_epoch/base/2.log")
+        time.sleep(0.5)
+        assert process.poll() is None, "the workflow ended before it could be killed"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert not (epoch2 / "sentinel.json").exists(), "epoch 2 finished before the kill; the test did not interrupt it"
+
+    result = snakemake(fresh_workdir, "--rerun-incomplete")
+    assert "removed a stale Snakemake lock" in result.stderr + result.stdout
+
+    for name in ("epochs/3/checkpoint.pt", "epochs/3/sentinel.json", "selection/selection.json", "selection/sentinel.json"):
+        resumed = (fresh_workdir / "results/runs/base" / name).read_bytes()
+        uninterrupted = (finished_workdir / "results/runs/base" / name).read_bytes()
+        assert resumed == uninterrupted, name
+    artifacts = sorted(p.name for p in (fresh_workdir / "results/runs/base/selection/artifact").iterdir())
+    assert artifacts == sorted(p.name for p in (finished_workdir / "results/runs/base/selection/artifact").iterdir())
