@@ -64,7 +64,12 @@ def check_disk_budget(directory: Path, needed: int, headroom: float = DISK_HEADR
 
 
 def build(
-    dataset_dir: str | Path, backbone_dir: str | Path, out_dir: str | Path, provenance_path: str | Path, batch_size: int = 256
+    dataset_dir: str | Path,
+    backbone_dir: str | Path,
+    out_dir: str | Path,
+    provenance_path: str | Path,
+    batch_size: int = 256,
+    full_hash: bool = False,
 ) -> Path:
     """Run the frozen backbone once over train and val and store BF16 hidden states."""
     dataset_dir, backbone_dir, out_dir = Path(dataset_dir), Path(backbone_dir), Path(out_dir)
@@ -91,7 +96,7 @@ def build(
         arrays = read_split(dataset_dir / f"{split}.h5")
         np.save(out_dir / f"{split}.labels.npy", arrays["label"])
         np.save(out_dir / f"{split}.snr.npy", arrays["snr_db"])
-        outputs[hidden_file(split)] = array_record(path, shape, "bfloat16")
+        outputs[hidden_file(split)] = array_record(path, shape, "bfloat16", full_hash=full_hash)
         outputs[f"{split}.labels.npy"] = file_record(out_dir / f"{split}.labels.npy")
         outputs[f"{split}.snr.npy"] = file_record(out_dir / f"{split}.snr.npy")
     progress.close()

@@ -47,7 +47,7 @@ def cmd_build_cache(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
     from rffm.cache import build
 
-    build(args.dataset_dir, args.backbone_dir, args.out_dir, args.provenance, batch_size=args.batch_size)
+    build(args.dataset_dir, args.backbone_dir, args.out_dir, args.provenance, batch_size=args.batch_size, full_hash=args.full_hash)
 
 
 def cmd_train_epoch(args: argparse.Namespace) -> None:
@@ -120,6 +120,7 @@ def parser() -> argparse.ArgumentParser:
         "build-cache", cmd_build_cache, "Run the frozen backbone over train and val into the BF16 cache.", spec=False, threads=True
     )
     sub.add_argument("--batch-size", type=int, default=256, help="examples per backbone forward (does not change outputs)")
+    sub.add_argument("--full-hash", action="store_true", help="also record each cache file's full sha256")
     for flag in ("--dataset-dir", "--backbone-dir", "--out-dir", "--provenance"):
         sub.add_argument(flag, required=True)
     sub = command("train-epoch", cmd_train_epoch, "Train one epoch of the head from cached hidden states.", threads=True)

@@ -89,5 +89,6 @@ def qualify(
         "backbone": upstream(backbone_dir / "sentinel.json", out_dir),
         "dataset": upstream(dataset_dir / "sentinel.json", out_dir),
     }
-    extra = {"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": {k: metrics[k] for k in ("accuracy", "macro_f1")}}
+    summary = {key: metrics[key] for key in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
+    extra = {"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": summary}
     return write_sentinel(out_dir, "qualify", {"run": spec["run"]}, outputs, inputs, spec, "qualify", extra)

@@ -35,6 +35,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "artifact_sha256": selection["selection"]["artifact_sha256"] if selection else None,
         "test_accuracy": qualification["qualification"]["accuracy"] if qualification else None,
         "test_macro_f1": qualification["qualification"]["macro_f1"] if qualification else None,
+        "test_high_snr": qualification["qualification"].get("accuracy_high_snr") if qualification else None,
         "manifest": str(manifest) if qualification and manifest.exists() else None,
     }
 
@@ -55,7 +56,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def render(rows: list[dict[str, Any]]) -> str:
     """Plain-text table, then one manifest path per qualified run."""
-    header = ["run", "epochs", "best val acc", "selected", "artifact", "test acc", "test macro-F1"]
+    high = next((r["test_high_snr"]["min_snr_db"] for r in rows if r.get("test_high_snr")), 10)
+    header = ["run", "epochs", "best val acc", "selected", "artifact", "test acc", f"test acc >={high:g} dB", "test macro-F1"]
     table = [header] + [
         [
             r["run"],
@@ -64,6 +66,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             _fmt(r["selected_epoch"]),
             (r["artifact_sha256"] or "-")[:12],
             _fmt(r["test_accuracy"]),
+            _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),
             _fmt(r["test_macro_f1"]),
         ]
         for r in rows

@@ -10,12 +10,16 @@ rule build_cache:
     conda:
         "../../envs/rffm.yaml"
     threads: THREADS
+    resources:
+        # an execution knob, not a param: outputs are identical whatever it is
+        backbone_batch=config["cache"]["batch_size"],
     params:
         code=CODE["cache"],
+        full_hash="--full-hash" if config["cache"]["full_hash"] else "",
         dataset_dir=dataset_file("{dataset}", ""),
         backbone_dir=backbone_file("{backbone}", ""),
         out_dir=cache_file("{dataset}", "{backbone}", ""),
     shell:
-        "rffm build-cache --batch-size {config[cache][batch_size]} --threads {threads}"
+        "rffm build-cache --batch-size {resources.backbone_batch} {params.full_hash} --threads {threads}"
         " --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir}"
         " --out-dir {params.out_dir} --provenance {output.provenance} > {log} 2>&1"
