@@ -40,3 +40,19 @@ def test_errors_are_one_clear_line_without_traceback(tmp_path: Path):
 def test_module_entry_point_matches_the_console_script():
     result = subprocess.run([sys.executable, "-m", "rffm", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "verify" in result.stdout and "train-epoch" in result.stdout
+
+
+def test_bench_cache_prints_its_figures_as_a_json_last_line(tmp_path: Path):
+    import json
+
+    result = subprocess.run(
+        [str(BIN / "rffm"), "bench", "cache", "--samples", "440", "--repeats", "1", "--work-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {"P1", "P2", "P3", "P5", "rss_1x_mb", "rss_4x_mb"} <= set(figures)
+    assert all(figures[key] > 0 for key in ("P1", "P2", "P3", "rss_1x_mb", "rss_4x_mb"))
+    assert figures["detail"]["oom_probes_unseeded"] > 0
+    assert list(tmp_path.iterdir()) == []  # its data is cleaned up

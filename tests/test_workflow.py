@@ -122,3 +122,21 @@ def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_w
         assert resumed == uninterrupted, name
     artifacts = sorted(p.name for p in (fresh_workdir / "results/runs/base/selection/artifact").iterdir())
     assert artifacts == sorted(p.name for p in (finished_workdir / "results/runs/base/selection/artifact").iterdir())
+
+
+def test_profiling_run_writes_traces_and_the_lifecycle_summary(finished_workdir: Path):
+    import json
+
+    profiling = finished_workdir / "results/runs/base/profiling"
+    traces = sorted(p.name for p in profiling.glob("*.trace.json"))
+    assert traces == [
+        "cache_build.trace.json",
+        "epoch1_train.trace.json",
+        "epoch1_val.trace.json",
+        "epoch2_train.trace.json",
+        "epoch2_val.trace.json",
+    ]
+    summary = json.loads((profiling / "cache_lifecycle_summary.json").read_text())
+    assert summary["run"] == "base" and summary["traces"] == traces
+    assert {"cache_build.backbone", "cache_build.memmap_assign", "epoch1.prefetch_wait", "epoch2.memmap_read"} <= set(summary["phases"])
+    assert not (finished_workdir / "results/runs/base/epochs/3/profiling").exists()

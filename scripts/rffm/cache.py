@@ -1,23 +1,48 @@
-"""The hidden-state cache: frozen-backbone outputs for train and val, BF16 in memory-mapped files."""
+"""The hidden-state cache: frozen-backbone outputs for train and val, BF16 in memory-mapped files.
+
+Build: files are preallocated at their exact size (fallocate, so a full disk fails up front, not
+as SIGBUS mid-write); the backbone runs in the caller in adaptive batches while a background
+writer assigns finished batches into the map through a bounded queue (backpressure, bounded RAM)
+and periodically drops written pages from this process's page tables (the data stays in the page
+cache and the file). The split boundary waits for outstanding writes; the sentinel is written
+after the last write has landed and the files are fsynced.
+
+Read: whole batches are gathered from the map with sorted row indices, restored to FP32, and one
+batch is prefetched ahead by a background thread (into pinned memory with non-blocking copies on
+CUDA). Epochs never reopen signal records and never construct the backbone.
+"""
 
 from __future__ import annotations
 
+import mmap
+import os
+import queue
 import shutil
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 
-from rffm import backbone, provenance
-from rffm.dataset import iter_iq_batches, read_split, split_attrs
+from rffm import backbone, batching, provenance
 from rffm.errors import ConfigError, IntegrityError
 from rffm.files import atomic_write_json, read_json
+from rffm.profiling import BatchTracer, PhaseTimes, write_summary
 from rffm.progress import Progress
 from rffm.sentinel import array_record, file_record, require_intact, upstream, write_sentinel
 
 CACHED_SPLITS = ("train", "val")
 DISK_HEADROOM = 1.1
+QUEUE_DEPTH = 4
+RELEASE_BYTES = 32 << 20  # writer: drop written pages from RSS after this many bytes
+# Reader: a fault on a file mapping maps the whole page-cache folio around it (measured here:
+# ~500 KiB per scattered 2 KiB row on ext4 with large folios), so mapped pages are dropped after
+# every gathered batch of a file larger than this; smaller caches stay mapped.
+RELEASE_READS_ABOVE = 32 << 20
 
 
 def hidden_file(split: str) -> str:
@@ -34,7 +59,7 @@ def output_names() -> list[str]:
 
 def to_bf16_bits(hidden: torch.Tensor) -> np.ndarray:
     """FP32 tensor -> raw BF16 bits as uint16 (numpy has no bfloat16)."""
-    return hidden.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    return hidden.to(torch.bfloat16).cpu().view(torch.int16).numpy().view(np.uint16)
 
 
 def from_bf16_bits(bits: np.ndarray) -> torch.Tensor:
@@ -58,9 +83,143 @@ def check_disk_budget(directory: Path, needed: int, headroom: float = DISK_HEADR
         raise ConfigError(
             f"not enough free space for the hidden-state cache in {directory}: need {headroom}x "
             f"{needed} bytes ({human_bytes(needed)}) = {int(headroom * needed)} bytes ({human_bytes(headroom * needed)}), "
-            f"free {free} bytes ({human_bytes(free)}). Fix: free space, or point `scratch` (or "
-            "--hidden-state-cache-directory) at a larger local disk."
+            f"free {free} bytes ({human_bytes(free)}). Fix: free space, point `scratch` (or "
+            "--hidden-state-cache-directory) at a larger local disk, or lower `cache.disk_headroom` "
+            "(0 disables the check) if you know the cache fits."
         )
+
+
+def split_count(path: Path) -> int:
+    """Rows in a canonical split file."""
+    with h5py.File(path, "r") as handle:
+        return int(handle["label"].shape[0])
+
+
+def preallocate(path: Path, shape: tuple[int, ...]) -> np.memmap:
+    """Create the file at its exact final size with its blocks reserved, and map it for writing."""
+    size = int(np.prod(shape)) * 2
+    with open(path, "wb") as handle:
+        if size:
+            os.posix_fallocate(handle.fileno(), 0, size)
+    return np.memmap(path, dtype=np.uint16, mode="r+", shape=shape) if size else np.zeros(shape, np.uint16)
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop a mapping's resident pages from this process (the page cache keeps them)."""
+    mapping = getattr(array, "_mmap", None)
+    if mapping is not None:
+        mapping.madvise(mmap.MADV_DONTNEED)
+
+
+class BackgroundWriter:
+    """Assigns (row, bits) batches into a memory map on a background thread, through a bounded queue."""
+
+    def __init__(self, target: np.memmap, phases: PhaseTimes, depth: int = QUEUE_DEPTH):
+        self.target, self.phases, self.depth = target, phases, depth
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.in_flight = 0  # batches submitted and not yet assigned (bounded by depth + 1)
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._since_release = 0
+        self.thread = threading.Thread(target=self._run, name="cache-writer", daemon=True)
+        self.thread.start()
+
+    def submit(self, start: int, bits: np.ndarray) -> None:
+        """Queue one batch; blocks (backpressure) while the queue is full."""
+        self._raise()
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        with self.phases.phase("backpressure_wait"):
+            self.queue.put((start, bits))
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            try:
+                if item is None:
+                    return
+                if self.error is None:
+                    start, bits = item
+                    with self.phases.phase("memmap_assign"):
+                        self.assign(start, bits)
+                    self._since_release += bits.nbytes
+                    if self._since_release >= RELEASE_BYTES:
+                        with self.phases.phase("writeback"):
+                            self.target.flush()  # write back now, in the background, not all at the final fsync
+                        release_pages(self.target)
+                        self._since_release = 0
+            except BaseException as error:  # reported to the caller at its next submit/drain
+                self.error = error
+            finally:
+                if item is not None:
+                    with self._lock:
+                        self.in_flight -= 1
+                self.queue.task_done()
+
+    def assign(self, start: int, bits: np.ndarray) -> None:
+        """Copy one batch into the map (a separate method so tests can slow it down)."""
+        self.target[start : start + len(bits)] = bits
+
+    def drain(self) -> None:
+        """Wait until every submitted batch has landed."""
+        with self.phases.phase("writer_drain_wait"):
+            self.queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Drain, stop the thread, and flush the map to the file."""
+        self.drain()
+        self.queue.put(None)
+        self.thread.join()
+        if isinstance(self.target, np.memmap):
+            self.target.flush()
+            release_pages(self.target)
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def cache_split(
+    model: backbone.IQPatchTransformer,
+    source: Path,
+    target: np.memmap,
+    controller: batching.AdaptiveBatch,
+    phases: PhaseTimes,
+    tracer: BatchTracer,
+    progress: Progress,
+    device: torch.device,
+) -> dict[str, int]:
+    """Backbone over one split into the map; returns the adaptive-batch stats."""
+    writer = BackgroundWriter(target, phases)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    with h5py.File(source, "r") as handle:
+        iq = handle["iq"]
+
+        def step(start: int, stop: int) -> None:
+            with phases.phase("source_read"):
+                batch = iq[start:stop]
+            with phases.phase("input_prep"):
+                inputs = torch.from_numpy(batch).to(device, non_blocking=True)
+            with phases.phase("backbone"), torch.no_grad(), autocast:
+                hidden = model(inputs)
+            with phases.phase("staging"):
+                bits = to_bf16_bits(hidden)  # on CUDA this waits for the device-to-host copy
+            with phases.phase("cache_store"):
+                writer.submit(start, bits)
+            tracer.step()
+            progress.update(stop - start)
+
+        before = dict(controller.stats)
+        try:
+            stats = batching.run_adaptive(len(iq), controller, step)
+        finally:
+            writer.close()
+    stats = {key: value - before[key] for key, value in stats.items()}
+    stats["max_in_flight"] = writer.max_in_flight
+    return stats
 
 
 def build(
@@ -70,36 +229,57 @@ def build(
     provenance_path: str | Path,
     batch_size: int = 256,
     full_hash: bool = False,
+    batch_profile: str | Path | None = None,
+    disk_headroom: float = DISK_HEADROOM,
+    device: str = "cpu",
+    profile_dirs: list[str | Path] | None = None,
+    profile_batches: int = 0,
 ) -> Path:
     """Run the frozen backbone once over train and val and store BF16 hidden states."""
     dataset_dir, backbone_dir, out_dir = Path(dataset_dir), Path(backbone_dir), Path(out_dir)
     started = provenance.start()
+    device = torch.device(device)
+    phases = PhaseTimes()
     files = [f"{split}.h5" for split in CACHED_SPLITS]
     dataset_sentinel = require_intact(dataset_dir / "sentinel.json", files, "build_cache")
     backbone_sentinel = require_intact(backbone_dir / "sentinel.json", ["backbone.pt"], "build_cache")
-    model = backbone.load(backbone_dir / "backbone.pt")
+    (out_dir / "sentinel.json").unlink(missing_ok=True)
+    model = backbone.load(backbone_dir / "backbone.pt", device)
     arch = model.arch
-    counts = {split: split_attrs(dataset_dir / f"{split}.h5")["count"] for split in CACHED_SPLITS}
-    check_disk_budget(out_dir, sum(counts.values()) * arch.tokens * arch.dim * 2)
+    counts = {split: split_count(dataset_dir / f"{split}.h5") for split in CACHED_SPLITS}
+    if disk_headroom > 0:
+        check_disk_budget(out_dir, sum(counts.values()) * arch.tokens * arch.dim * 2, disk_headroom)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = batching.BatchProfile(batch_profile)
+    key = batching.profile_key(model.fingerprint, (2, arch.length), "float32", batching.device_context(device))
+    controller = batching.AdaptiveBatch(maximum=batch_size)
+    seeded = profile.seed(key, controller)
+    profile_dirs = [Path(d) for d in profile_dirs or []]
+    tracer = BatchTracer(profile_dirs[0] / "cache_build.trace.json" if profile_dirs else None, profile_batches, phases)
     progress = Progress("build_cache", total=sum(counts.values()), unit="example")
     outputs: dict[str, Any] = {}
+    stats = {}
     for split in CACHED_SPLITS:
         shape = (counts[split], arch.tokens, arch.dim)
         path = out_dir / hidden_file(split)
-        stored = np.memmap(path, dtype=np.uint16, mode="w+", shape=shape)
-        with torch.no_grad():
-            for start, iq in iter_iq_batches(dataset_dir / f"{split}.h5", batch_size):
-                stored[start : start + len(iq)] = to_bf16_bits(model(torch.from_numpy(iq)))
-                progress.update(len(iq))
-        stored.flush()
-        del stored
-        arrays = read_split(dataset_dir / f"{split}.h5")
-        np.save(out_dir / f"{split}.labels.npy", arrays["label"])
-        np.save(out_dir / f"{split}.snr.npy", arrays["snr_db"])
+        with phases.phase("preallocation"):
+            target = preallocate(path, shape)
+        stats[split] = cache_split(model, dataset_dir / f"{split}.h5", target, controller, phases, tracer, progress, device)
+        with phases.phase("fsync"):
+            del target
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        with h5py.File(dataset_dir / f"{split}.h5", "r") as handle:
+            np.save(out_dir / f"{split}.labels.npy", handle["label"][()])
+            np.save(out_dir / f"{split}.snr.npy", handle["snr_db"][()])
         outputs[hidden_file(split)] = array_record(path, shape, "bfloat16", full_hash=full_hash)
         outputs[f"{split}.labels.npy"] = file_record(out_dir / f"{split}.labels.npy")
         outputs[f"{split}.snr.npy"] = file_record(out_dir / f"{split}.snr.npy")
+    tracer.close()
     progress.close()
+    if controller.largest_good:
+        profile.remember(key, controller, controller.largest_good, {"input_shape": [2, arch.length], **batching.device_context(device)})
     meta = {
         "backbone_fingerprint": model.fingerprint,
         "classes": dataset_sentinel["dataset"]["classes"],
@@ -112,14 +292,25 @@ def build(
         "dataset": upstream(dataset_dir / "sentinel.json", out_dir),
         "backbone": upstream(backbone_dir / "sentinel.json", out_dir),
     }
-    # results-tree paths are meaningless from scratch; record the digests only
     for ref in inputs.values():
-        ref["path"] = None
-    provenance.finish(provenance_path, "build_cache", started, extra={"batch_size": batch_size})
-    key = {"dataset": dataset_sentinel["key"]["dataset"], "backbone": backbone_sentinel["key"]["backbone"]}
+        ref["path"] = None  # results-tree paths mean nothing from scratch; the digests are what count
+    timings = phases.as_dict()
+    for directory in profile_dirs:
+        directory.mkdir(parents=True, exist_ok=True)
+        if directory != profile_dirs[0] and tracer.path and tracer.path.exists():
+            shutil.copyfile(tracer.path, directory / tracer.path.name)
+        write_summary(directory, "build_cache", {f"cache_build.{k}": v for k, v in timings.items()}, {"batch_stats": stats})
+    provenance.finish(
+        provenance_path,
+        "build_cache",
+        started,
+        device=device,
+        extra={"batch_size_max": batch_size, "batch_stats": stats, "profile_seeded": seeded, "phases": timings},
+    )
+    key_fields = {"dataset": dataset_sentinel["key"]["dataset"], "backbone": backbone_sentinel["key"]["backbone"]}
     extra = {"backbone_fingerprint": model.fingerprint}
-    # batch size is an execution detail: outputs are identical whatever it is, so it is not a param
-    return write_sentinel(out_dir, "build_cache", key, outputs, inputs, {}, "cache", extra)
+    # batch sizes and devices are execution details: outputs are identical whatever they are
+    return write_sentinel(out_dir, "build_cache", key_fields, outputs, inputs, {}, "cache", extra)
 
 
 class CacheSplit:
@@ -130,14 +321,58 @@ class CacheSplit:
         self.hidden = np.memmap(cache_dir / hidden_file(split), dtype=np.uint16, mode="r", shape=self.shape)
         self.labels = np.load(cache_dir / f"{split}.labels.npy")
         self.snr_db = np.load(cache_dir / f"{split}.snr.npy")
+        self.row_bytes = int(np.prod(self.shape[1:])) * 2
+        self.release_each_batch = self.shape[0] * self.row_bytes > RELEASE_READS_ABOVE
 
     def __len__(self) -> int:
         return self.shape[0]
 
-    def gather(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, rows: np.ndarray, phases: PhaseTimes | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """FP32 hidden states and labels for the given rows (read in sorted order)."""
         rows = np.sort(rows)
-        return from_bf16_bits(self.hidden[rows]), torch.from_numpy(self.labels[rows])
+        started = time.perf_counter()
+        bits = self.hidden[rows]
+        if phases is not None:
+            phases.add("memmap_read", time.perf_counter() - started)
+        if self.release_each_batch:
+            release_pages(self.hidden)
+        return from_bf16_bits(bits), torch.from_numpy(self.labels[rows])
+
+
+def prefetched(
+    split: CacheSplit, batches: list[np.ndarray], device: torch.device, phases: PhaseTimes
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield batches on `device`, gathering the next one on a background thread meanwhile."""
+    pin = device.type == "cuda"
+    ready: queue.Queue = queue.Queue(maxsize=1)
+
+    def produce() -> None:
+        try:
+            for rows in batches:
+                hidden, labels = split.gather(rows, phases)
+                if pin:
+                    hidden, labels = hidden.pin_memory(), labels.pin_memory()
+                ready.put((hidden, labels))
+        except BaseException as error:
+            ready.put(error)
+            return
+        ready.put(None)
+
+    worker = threading.Thread(target=produce, name="cache-prefetch", daemon=True)
+    worker.start()
+    while True:
+        with phases.phase("prefetch_wait"):
+            item = ready.get()
+        if item is None:
+            break
+        if isinstance(item, BaseException):
+            raise item
+        hidden, labels = item
+        if pin:
+            with phases.phase("copy_wait"):
+                hidden, labels = hidden.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        yield hidden, labels
+    worker.join()
 
 
 def open_cache(cache_dir: str | Path, consumer: str) -> tuple[dict[str, CacheSplit], dict[str, Any]]:

@@ -21,7 +21,16 @@ def _torch_setup(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def _device(name: str) -> str:
+    """'auto' -> cuda when available, else cpu."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
 
 
 def cmd_stage(args: argparse.Namespace) -> None:
@@ -47,14 +56,35 @@ def cmd_build_cache(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
     from rffm.cache import build
 
-    build(args.dataset_dir, args.backbone_dir, args.out_dir, args.provenance, batch_size=args.batch_size, full_hash=args.full_hash)
+    build(
+        args.dataset_dir,
+        args.backbone_dir,
+        args.out_dir,
+        args.provenance,
+        batch_size=args.batch_size,
+        full_hash=args.full_hash,
+        batch_profile=args.batch_profile,
+        disk_headroom=args.disk_headroom,
+        device=_device(args.device),
+        profile_dirs=args.profile_dir,
+        profile_batches=args.profile_batches,
+    )
 
 
 def cmd_train_epoch(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
     from rffm.train import run_epoch
 
-    run_epoch(args.spec, args.cache_dir, args.epoch, args.previous_dir, args.out_dir)
+    run_epoch(
+        args.spec,
+        args.cache_dir,
+        args.epoch,
+        args.previous_dir,
+        args.out_dir,
+        device=_device(args.device),
+        profile_dir=(args.profile_dir or [None])[0],
+        profile_batches=args.profile_batches,
+    )
 
 
 def cmd_select(args: argparse.Namespace) -> None:
@@ -67,7 +97,18 @@ def cmd_qualify(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
     from rffm.qualify import qualify
 
-    qualify(args.spec, args.selection_dir, args.dataset_dir, args.backbone_dir, args.epoch_dirs, args.cache_provenance, args.out_dir)
+    qualify(
+        args.spec,
+        args.selection_dir,
+        args.dataset_dir,
+        args.backbone_dir,
+        args.epoch_dirs,
+        args.cache_provenance,
+        args.out_dir,
+        batch_size=args.batch_size,
+        batch_profile=args.batch_profile,
+        device=_device(args.device),
+    )
     print(f"run manifest: {Path(args.out_dir) / 'run_manifest.json'}")
 
 
@@ -95,6 +136,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_cache(args: argparse.Namespace) -> int:
+    from rffm.bench_cache import main as bench
+
+    return bench(args.samples, args.work_dir, args.threads, args.repeats, args.oom_limit, args.arch, args.device)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     top = argparse.ArgumentParser(prog="rffm", description=__doc__)
@@ -107,7 +154,16 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--spec", type=_spec, required=True, help="JSON step spec (the rule passes its params)")
         if threads:
             sub.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+            sub.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (outputs are bit-identical only on CPU)")
         return sub
+
+    def backbone_pass_options(sub: argparse.ArgumentParser, default_batch: int) -> None:
+        sub.add_argument("--batch-size", type=int, default=default_batch, help="largest backbone batch (adapts down on OOM)")
+        sub.add_argument("--batch-profile", help="batch-profile JSON shared by backbone passes on this node")
+
+    def profiling_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--profile-dir", nargs="*", help="write Chrome traces and the lifecycle summary here")
+        sub.add_argument("--profile-batches", type=int, default=0, help="batches to trace (0: no trace)")
 
     sub = command("stage", cmd_stage, "Stage a dataset into canonical HDF5 splits.")
     sub.add_argument("--out-dir", required=True)
@@ -119,8 +175,10 @@ def parser() -> argparse.ArgumentParser:
     sub = command(
         "build-cache", cmd_build_cache, "Run the frozen backbone over train and val into the BF16 cache.", spec=False, threads=True
     )
-    sub.add_argument("--batch-size", type=int, default=256, help="examples per backbone forward (does not change outputs)")
+    backbone_pass_options(sub, 256)
+    profiling_options(sub)
     sub.add_argument("--full-hash", action="store_true", help="also record each cache file's full sha256")
+    sub.add_argument("--disk-headroom", type=float, default=1.1, help="required free scratch space / cache size (0: no check)")
     for flag in ("--dataset-dir", "--backbone-dir", "--out-dir", "--provenance"):
         sub.add_argument(flag, required=True)
     sub = command("train-epoch", cmd_train_epoch, "Train one epoch of the head from cached hidden states.", threads=True)
@@ -128,6 +186,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--epoch", type=int, required=True)
     sub.add_argument("--previous-dir")
     sub.add_argument("--out-dir", required=True)
+    profiling_options(sub)
     sub = command("select", cmd_select, "Select the best epoch into an immutable artifact.")
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
     sub.add_argument("--out-dir", required=True)
@@ -135,9 +194,21 @@ def parser() -> argparse.ArgumentParser:
     for flag in ("--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-provenance", "--out-dir"):
         sub.add_argument(flag, required=True)
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    backbone_pass_options(sub, 512)
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")
+    bench = commands.add_parser("bench", help="Benchmarks that print measured ratios (last line: JSON).")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    sub = benches.add_parser("cache", help="Hidden-state cache: P1, P2, P3, P5 and peak RSS at 1x/4x data.")
+    sub.set_defaults(func=cmd_bench_cache)
+    sub.add_argument("--samples", type=int, default=22000, help="examples at 1x (the default dataset's size)")
+    sub.add_argument("--work-dir", help="where to put the temporary data (default: system temp dir)")
+    sub.add_argument("--threads", type=int, default=2)
+    sub.add_argument("--repeats", type=int, default=3, help="interleaved repeats per timing (medians reported)")
+    sub.add_argument("--oom-limit", type=int, default=100, help="injected out-of-memory threshold (rows) for P5")
+    sub.add_argument("--device", default="cpu", help="cpu or cuda (the GPU path: pinned memory, non-blocking copies, BF16 autocast)")
+    sub.add_argument("--arch", type=_spec, help='backbone arch overrides as JSON, e.g. \'{"dim": 192, "depth": 6}\'')
     sub = command("status", cmd_status, "Show every run's progress and results (reads sentinels only).", spec=False)
     sub.add_argument("results_dir", nargs="?", default="results")
     return top

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 
-from rffm import backbone, ledger, manifest, plots, provenance
-from rffm.cache import from_bf16_bits, to_bf16_bits
-from rffm.dataset import iter_iq_batches, read_split
+from rffm import backbone, batching, ledger, manifest, plots, provenance
 from rffm.errors import IntegrityError
 from rffm.files import atomic_write_json, read_json
 from rffm.head import AttentionPoolHead, HeadConfig
@@ -28,14 +27,39 @@ def load_artifact(path: Path) -> tuple[AttentionPoolHead, dict[str, Any]]:
     return head.eval(), blob
 
 
-def predict(model: backbone.IQPatchTransformer, head: AttentionPoolHead, test_path: Path, batch_size: int = 512) -> np.ndarray:
-    """Class predictions for the test split, hidden states rounded to BF16 exactly as in training."""
-    predictions = []
-    with torch.no_grad():
-        for _, iq in iter_iq_batches(test_path, batch_size):
-            hidden = from_bf16_bits(to_bf16_bits(model(torch.from_numpy(iq))))
-            predictions.append(head(hidden).argmax(dim=1).numpy())
-    return np.concatenate(predictions)
+def predict(
+    model: backbone.IQPatchTransformer,
+    head: AttentionPoolHead,
+    test_path: Path,
+    batch_size: int = 512,
+    batch_profile: str | Path | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Class predictions for the test split (hidden states rounded to BF16 exactly as in training)."""
+    device = torch.device(device)
+    head = head.to(device)
+    with h5py.File(test_path, "r") as handle:
+        iq = handle["iq"]
+        predictions = np.empty(iq.shape[0], dtype=np.int64)
+        profile = batching.BatchProfile(batch_profile)
+        key = batching.profile_key(model.fingerprint, tuple(iq.shape[1:]), "float32", batching.device_context(device))
+        controller = batching.AdaptiveBatch(maximum=batch_size)
+        profile.seed(key, controller)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+
+        def step(start: int, stop: int) -> None:
+            with torch.no_grad():
+                with autocast:
+                    hidden = model(torch.from_numpy(iq[start:stop]).to(device))
+                hidden = hidden.to(torch.bfloat16).float()
+                predictions[start:stop] = head(hidden).argmax(dim=1).cpu().numpy()
+
+        stats = batching.run_adaptive(iq.shape[0], controller, step)
+        if controller.largest_good:
+            profile.remember(
+                key, controller, controller.largest_good, {"input_shape": list(iq.shape[1:]), **batching.device_context(device)}
+            )
+    return predictions, stats
 
 
 def qualify(
@@ -46,6 +70,9 @@ def qualify(
     epoch_dirs: list[str | Path],
     cache_provenance: str | Path,
     out_dir: str | Path,
+    batch_size: int = 512,
+    batch_profile: str | Path | None = None,
+    device: str = "cpu",
 ) -> Path:
     """Evaluate (or recall) the run's selected artifact on the test split and write the manifest."""
     selection_dir, dataset_dir, backbone_dir, out_dir = map(Path, (selection_dir, dataset_dir, backbone_dir, out_dir))
@@ -63,12 +90,13 @@ def qualify(
     with ledger.locked(dataset_dir) as ledger_path:
         entry = ledger.recorded(ledger_path, split_sha256, spec["run"], selection["artifact_sha256"])
         if entry is not None:
-            metrics, reused = entry["metrics"], True
+            metrics, reused, batch_stats = entry["metrics"], True, None
         else:
             require_intact(dataset_dir / "sentinel.json", ["test.h5"], "qualify")
-            test = read_split(dataset_dir / "test.h5")
-            model = backbone.load(backbone_dir / "backbone.pt")
-            predictions = predict(model, head, dataset_dir / "test.h5")
+            with h5py.File(dataset_dir / "test.h5", "r") as handle:
+                test = {"label": handle["label"][()], "snr_db": handle["snr_db"][()]}
+            model = backbone.load(backbone_dir / "backbone.pt", device)
+            predictions, batch_stats = predict(model, head, dataset_dir / "test.h5", batch_size, batch_profile, device)
             metrics = summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec.get("high_snr_db", 10.0))
             ledger.record(ledger_path, split_sha256, spec["run"], selection["artifact_sha256"], metrics)
             reused = False
@@ -80,7 +108,9 @@ def qualify(
     plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", title, metrics.get("accuracy_by_class_and_snr"))
     plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{spec['run']}: normalized confusion (test)")
     steps = manifest.collect_steps(dataset_dir, backbone_dir, cache_provenance, epoch_dirs, selection_dir)
-    steps["qualify"] = provenance.finish(out_dir / "provenance.json", "qualify", started, extra={"recalled_from_ledger": reused})
+    steps["qualify"] = provenance.finish(
+        out_dir / "provenance.json", "qualify", started, device=device, extra={"recalled_from_ledger": reused, "batch_stats": batch_stats}
+    )
     body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps)
     atomic_write_json(out_dir / "run_manifest.json", body)
     outputs = {name: file_record(out_dir / name) for name in OUTPUTS}

@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from rffm import provenance
-from rffm.cache import CacheSplit, open_cache
+from rffm.cache import CacheSplit, open_cache, prefetched
 from rffm.errors import IntegrityError
 from rffm.files import atomic_torch_save, atomic_write_json, sha256_json
 from rffm.head import AttentionPoolHead, HeadConfig
 from rffm.metrics import confusion_matrix, macro_f1
+from rffm.profiling import BatchTracer, PhaseTimes, write_summary
 from rffm.progress import Progress
 from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
 
@@ -46,16 +47,28 @@ def make_optimizer(head: AttentionPoolHead, options: dict[str, Any], steps_per_e
     return optimizer, scheduler
 
 
-def evaluate(head: AttentionPoolHead, split: CacheSplit, batch_size: int) -> dict[str, float]:
+def evaluate(
+    head: AttentionPoolHead,
+    split: CacheSplit,
+    batch_size: int,
+    device: torch.device | None = None,
+    phases: PhaseTimes | None = None,
+    tracer: BatchTracer | None = None,
+) -> dict[str, float]:
     """Loss, accuracy and macro-F1 of the head on a cached split, in file order."""
+    device = device or torch.device("cpu")
+    phases = phases or PhaseTimes()
     head.eval()
     total_loss, predictions = 0.0, []
+    batches = [np.arange(start, min(start + batch_size, len(split))) for start in range(0, len(split), batch_size)]
     with torch.no_grad():
-        for start in range(0, len(split), batch_size):
-            hidden, labels = split.gather(np.arange(start, min(start + batch_size, len(split))))
-            logits = head(hidden)
-            total_loss += F.cross_entropy(logits, labels, reduction="sum").item()
-            predictions.append(logits.argmax(dim=1).numpy())
+        for hidden, labels in prefetched(split, batches, device, phases):
+            with phases.phase("head"):
+                logits = head(hidden)
+                total_loss += F.cross_entropy(logits, labels, reduction="sum").item()
+                predictions.append(logits.argmax(dim=1).cpu().numpy())
+            if tracer is not None:
+                tracer.step()
     predicted = np.concatenate(predictions)
     confusion = confusion_matrix(split.labels, predicted, head.config.classes)
     return {
@@ -65,10 +78,21 @@ def evaluate(head: AttentionPoolHead, split: CacheSplit, batch_size: int) -> dic
     }
 
 
-def run_epoch(spec: dict[str, Any], cache_dir: str | Path, epoch: int, previous_dir: str | Path | None, out_dir: str | Path) -> Path:
+def run_epoch(
+    spec: dict[str, Any],
+    cache_dir: str | Path,
+    epoch: int,
+    previous_dir: str | Path | None,
+    out_dir: str | Path,
+    device: str = "cpu",
+    profile_dir: str | Path | None = None,
+    profile_batches: int = 0,
+) -> Path:
     """Train epoch `epoch` (1-based) and write checkpoint.pt, metrics.json and the sentinel."""
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     started = provenance.start()
+    device = torch.device(device)
+    phases = PhaseTimes()
     options = train_options(spec)
     params_digest = sha256_json({"run": spec["run"], "train": options})
     splits, meta = open_cache(cache_dir, "train_epoch")
@@ -79,13 +103,13 @@ def run_epoch(spec: dict[str, Any], cache_dir: str | Path, epoch: int, previous_
 
     if epoch == 1:
         torch.manual_seed(int(options["seed"]))
-    head = make_head(meta, options)
+    head = make_head(meta, options).to(device)
     optimizer, scheduler = make_optimizer(head, options, steps_per_epoch)
     if epoch > 1:
         previous_dir = Path(previous_dir)
         require_intact(previous_dir / "sentinel.json", ["checkpoint.pt"], "train_epoch")
         inputs["previous_epoch"] = upstream(previous_dir / "sentinel.json", out_dir)
-        state = torch.load(previous_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+        state = torch.load(previous_dir / "checkpoint.pt", map_location=device, weights_only=True)
         if state["params_sha256"] != params_digest or state["epoch"] != epoch - 1:
             raise IntegrityError(
                 f"{previous_dir}/checkpoint.pt is epoch {state['epoch']} of different training params; "
@@ -96,25 +120,32 @@ def run_epoch(spec: dict[str, Any], cache_dir: str | Path, epoch: int, previous_
         head.load_state_dict(state["head"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
 
     order = np.random.default_rng([int(options["seed"]), epoch]).permutation(len(train))
+    batches = [order[start : start + batch_size] for start in range(0, len(train), batch_size)]
     head.train()
     total_loss, correct = 0.0, 0
+    profile_dir = Path(profile_dir) if profile_dir and profile_batches else None
+    tracer = BatchTracer(profile_dir / f"epoch{epoch}_train.trace.json" if profile_dir else None, profile_batches, phases)
     progress = Progress(f"train_epoch {spec['run']}/{epoch}", total=steps_per_epoch, unit="batch")
-    for start in range(0, len(train), batch_size):
-        hidden, labels = train.gather(order[start : start + batch_size])
-        logits = head(hidden)
-        loss = F.cross_entropy(logits, labels, label_smoothing=options["label_smoothing"])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        total_loss += loss.item() * len(labels)
-        correct += int((logits.argmax(dim=1) == labels).sum())
+    for hidden, labels in prefetched(train, batches, device, phases):
+        with phases.phase("head"):
+            logits = head(hidden)
+            loss = F.cross_entropy(logits, labels, label_smoothing=options["label_smoothing"])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            total_loss += loss.item() * len(labels)
+            correct += int((logits.argmax(dim=1) == labels).sum())
+        tracer.step()
         progress.update(1, loss=f"{loss.item():.4f}")
+    tracer.close()
     progress.close()
-    validation = evaluate(head, val, max(batch_size, 512))
+    val_tracer = BatchTracer(profile_dir / f"epoch{epoch}_val.trace.json" if profile_dir else None, profile_batches, phases)
+    validation = evaluate(head, val, max(batch_size, 512), device, phases, val_tracer)
+    val_tracer.close()
     metrics = {
         "epoch": epoch,
         "train_loss": total_loss / len(train),
@@ -132,7 +163,7 @@ def run_epoch(spec: dict[str, Any], cache_dir: str | Path, epoch: int, previous_
         "backbone_fingerprint": meta["backbone_fingerprint"],
         "classes": meta["classes"],
         "head_config": head.config.__dict__,
-        "head": head.state_dict(),
+        "head": {name: tensor.cpu() for name, tensor in head.state_dict().items()},
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "torch_rng": torch.get_rng_state(),
@@ -140,7 +171,10 @@ def run_epoch(spec: dict[str, Any], cache_dir: str | Path, epoch: int, previous_
     atomic_torch_save(out_dir / "checkpoint.pt", checkpoint)
     atomic_write_json(out_dir / "metrics.json", metrics)
     outputs = {name: file_record(out_dir / name) for name in ("checkpoint.pt", "metrics.json")}
-    provenance.finish(out_dir / "provenance.json", "train_epoch", started, extra={"epoch": epoch})
+    timings = phases.as_dict()
+    if profile_dir is not None:
+        write_summary(profile_dir, f"train_epoch_{epoch}", {f"epoch{epoch}.{k}": v for k, v in timings.items()}, {"run": spec["run"]})
+    provenance.finish(out_dir / "provenance.json", "train_epoch", started, device=device, extra={"epoch": epoch, "phases": timings})
     extra = {"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": metrics}
     key = {"run": spec["run"], "epoch": epoch}
     return write_sentinel(out_dir, "train_epoch", key, outputs, inputs, {"run": spec["run"], "train": options}, "train", extra)

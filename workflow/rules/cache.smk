@@ -16,10 +16,16 @@ rule build_cache:
     params:
         code=CODE["cache"],
         full_hash="--full-hash" if config["cache"]["full_hash"] else "",
+        profiling=cache_profiling_args,
+        batch_profile=batch_profile_arg,
+        device=device_arg,
+        headroom=lambda wildcards, resources: config["cache"]["disk_headroom"],
         dataset_dir=dataset_file("{dataset}", ""),
         backbone_dir=backbone_file("{backbone}", ""),
         out_dir=cache_file("{dataset}", "{backbone}", ""),
     shell:
-        "rffm build-cache --batch-size {resources.backbone_batch} {params.full_hash} --threads {threads}"
+        "rffm build-cache --batch-size {resources.backbone_batch} {params.batch_profile}"
+        " --disk-headroom {params.headroom} {params.full_hash} {params.profiling}"
+        " {params.device} --threads {threads}"
         " --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir}"
         " --out-dir {params.out_dir} --provenance {output.provenance} > {log} 2>&1"

@@ -127,7 +127,8 @@ def epoch_spec(wildcards):
 
 
 def run_spec(wildcards):
-    run = run_config(wildcards.run)
+    """The run's config for selection and qualification (profiling never changes results)."""
+    run = {k: v for k, v in run_config(wildcards.run).items() if k != "profiling"}
     return as_json({"run": wildcards.run, **run})
 
 
@@ -155,6 +156,46 @@ def cache_inputs(wildcards):
         "backbone": backbone_file(wildcards.backbone, "sentinel.json"),
         "weights": ancient(backbone_file(wildcards.backbone, "backbone.pt")),
     }
+
+
+def profiling_runs(dataset, backbone):
+    """Runs on this dataset and backbone that asked for profiling."""
+    return [
+        name
+        for name, run in config["runs"].items()
+        if run.get("profiling")
+        and (run["dataset"], run["backbone"]) == (dataset, backbone)
+    ]
+
+
+# Profiling never changes results, so its arguments are derived params (below): enabling it on
+# a finished run reruns nothing; `snakemake --forcerun build_cache` collects fresh traces.
+def cache_profiling_args(wildcards, resources):
+    runs = profiling_runs(wildcards.dataset, wildcards.backbone)
+    if not runs:
+        return ""
+    dirs = " ".join(run_file(run, "profiling") for run in runs)
+    batches = min(config["runs"][run]["profiling"]["batch_count"] for run in runs)
+    return f"--profile-dir {dirs} --profile-batches {batches}"
+
+
+def epoch_profiling_args(wildcards, resources):
+    """Epochs 1 and 2 of a profiling run trace themselves; later epochs never depend on profiling."""
+    profiling = run_config(wildcards.run).get("profiling")
+    if not profiling or int(wildcards.epoch) > 2:
+        return ""
+    directory = run_file(wildcards.run, "profiling")
+    return f"--profile-dir {directory} --profile-batches {profiling['batch_count']}"
+
+
+# Execution details that never change outputs are passed as *derived* params (functions of
+# `resources`), which Snakemake leaves out of its rerun decisions.
+def batch_profile_arg(wildcards, resources):
+    return f"--batch-profile {SCRATCH}/batch_profile.json"
+
+
+def device_arg(wildcards, resources):
+    return f"--device {config['device']}"
 
 
 def run_cache_dir(run):

@@ -25,15 +25,20 @@ rule qualify:
     conda:
         "../../envs/rffm.yaml"
     threads: THREADS
+    resources:
+        backbone_batch=config["cache"]["batch_size"],
     params:
         spec=run_spec,
         code=CODE["qualify"],
         dirs=qualify_dirs,
         selection_dir=run_file("{run}", "selection"),
         out_dir=run_file("{run}", "qualification"),
+        batch_profile=batch_profile_arg,
+        device=device_arg,
     shell:
         "rffm qualify --spec {params.spec:q} --threads {threads}"
         " --selection-dir {params.selection_dir} --dataset-dir {params.dirs[dataset]}"
         " --backbone-dir {params.dirs[backbone]} --cache-provenance {params.dirs[cache_provenance]}"
         " --epoch-dirs {params.dirs[epochs]}"
+        " --batch-size {resources.backbone_batch} {params.batch_profile} {params.device}"
         " --out-dir {params.out_dir} > {log} 2>&1"

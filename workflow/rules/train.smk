@@ -10,13 +10,16 @@ rule train_epoch:
         f"{RESULTS}/logs/train_epoch/{{run}}/{{epoch}}.log",
     conda:
         "../../envs/rffm.yaml"
-    threads: THREADS
+    threads: config["epoch_threads"]
     params:
         spec=epoch_spec,
         code=CODE["train"],
         cache_dir=lambda wildcards: run_cache_dir(wildcards.run),
         previous=previous_epoch_arg,
+        profiling=epoch_profiling_args,
+        device=device_arg,
         out_dir=epoch_file("{run}", "{epoch}", ""),
     shell:
         "rffm train-epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
-        " --cache-dir {params.cache_dir} {params.previous} --out-dir {params.out_dir} > {log} 2>&1"
+        " --cache-dir {params.cache_dir} {params.previous} {params.profiling} {params.device}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
