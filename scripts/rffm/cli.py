@@ -43,7 +43,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
     from rffm.pretrain import create
 
-    create(args.spec, args.dataset_dir, args.out_dir)
+    create(args.spec, args.dataset_dir, args.out_dir, device=_device(args.device))
 
 
 def cmd_import_backbone(args: argparse.Namespace) -> None:

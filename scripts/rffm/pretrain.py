@@ -76,22 +76,29 @@ def contrastive_loss(first: torch.Tensor, second: torch.Tensor, temperature: flo
     return F.cross_entropy(similarity, targets)
 
 
-def pretraining_loss(model, decoder, projector, iq, options, generator) -> torch.Tensor:
-    """Masked-patch reconstruction, plus (by default) agreement between two masked channel views."""
+def pretraining_loss(model, decoder, projector, iq, options, generator, device=torch.device("cpu")) -> torch.Tensor:
+    """Masked-patch reconstruction, plus (by default) agreement between two masked channel views.
+
+    Random draws come from a CPU generator (reproducible on any device); only the model runs on `device`.
+    """
     tokens = model.arch.tokens
+
+    def mask() -> torch.Tensor:
+        return random_mask(len(iq), tokens, options["mask_ratio"], generator).to(device)
+
     if options["objective"] == "masked_patch":
-        return masked_patch_loss(model, decoder, iq, random_mask(len(iq), tokens, options["mask_ratio"], generator))[0]
-    views = [channel_view(iq, generator) for _ in range(2)]
+        return masked_patch_loss(model, decoder, iq.to(device), mask())[0]
+    views = [channel_view(iq, generator).to(device) for _ in range(2)]
     losses, embeddings = [], []
     for view in views:
-        loss, hidden = masked_patch_loss(model, decoder, view, random_mask(len(iq), tokens, options["mask_ratio"], generator))
+        loss, hidden = masked_patch_loss(model, decoder, view, mask())
         losses.append(loss)
         embeddings.append(projector(hidden.mean(dim=1)))
     return sum(losses) / 2 + contrastive_loss(*embeddings, options["temperature"])
 
 
 def pretrain_weights(
-    arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any]
+    arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any], device: torch.device | str = "cpu"
 ) -> tuple[backbone.IQPatchTransformer, list[float]]:
     """Masked-patch reconstruction on IQ only (labels never seen); returns the model and epoch losses."""
     if options["objective"] not in OBJECTIVES:
@@ -101,6 +108,9 @@ def pretrain_weights(
     torch.manual_seed(seed)
     decoder = nn.Linear(arch.dim, 2 * arch.patch)
     projector = nn.Sequential(nn.Linear(arch.dim, arch.dim), nn.GELU(), nn.Linear(arch.dim, 64))
+    device = torch.device(device)
+    for module in (model, decoder, projector):
+        module.to(device)
     params = list(model.parameters()) + list(decoder.parameters()) + list(projector.parameters())
     optimizer = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"])
     steps_per_epoch = math.ceil(len(iq) / options["batch_size"])
@@ -119,7 +129,7 @@ def pretrain_weights(
         running, count = 0.0, 0
         for start in range(0, len(data), options["batch_size"]):
             batch = data[order[start : start + options["batch_size"]]]
-            loss = pretraining_loss(model, decoder, projector, batch, options, generator)
+            loss = pretraining_loss(model, decoder, projector, batch, options, generator, device)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -131,10 +141,10 @@ def pretrain_weights(
         losses.append(running / count)
         progress.note(f"epoch {epoch + 1}/{options['epochs']}: {options['objective']} loss {losses[-1]:.4f}")
     progress.close()
-    return model.eval(), losses
+    return model.cpu().eval(), losses
 
 
-def create(spec: dict[str, Any], dataset_dir: str | Path | None, out_dir: str | Path) -> Path:
+def create(spec: dict[str, Any], dataset_dir: str | Path | None, out_dir: str | Path, device: str = "cpu") -> Path:
     """Build backbones/{name}: pretrained on a staged train split, or randomly initialized."""
     out_dir = Path(out_dir)
     started = provenance.start()
@@ -152,12 +162,12 @@ def create(spec: dict[str, Any], dataset_dir: str | Path | None, out_dir: str | 
     if spec["source"] == "random":
         model, losses = backbone.build(arch, int(options["seed"])).eval(), []
     else:
-        model, losses = pretrain_weights(arch, train["iq"], options)
+        model, losses = pretrain_weights(arch, train["iq"], options, device)
     info = {"source": spec["source"], "name": spec["name"], "pretrain": options if spec["source"] == "pretrain" else None}
     fp = backbone.save(out_dir / "backbone.pt", model, info)
     atomic_write_json(out_dir / "pretrain_log.json", {"loss_by_epoch": losses, "options": options})
     outputs = {name: file_record(out_dir / name) for name in ("backbone.pt", "pretrain_log.json")}
-    provenance.finish(out_dir / "provenance.json", "pretrain_backbone", started)
+    provenance.finish(out_dir / "provenance.json", "pretrain_backbone", started, device=torch.device(device))
     extra = {"backbone": {"name": spec["name"], "source": spec["source"], "fingerprint": fp, "arch": asdict(arch)}}
     return write_sentinel(out_dir, "pretrain_backbone", {"backbone": spec["name"]}, outputs, inputs, spec, "pretrain", extra)
 

@@ -18,8 +18,9 @@ rule pretrain_backbone:
         code=CODE["pretrain"],
         dataset_dir=lambda wildcards, input: input.dataset.rsplit("/", 1)[0],
         out_dir=backbone_file("{backbone}", ""),
+        device=device_arg,
     shell:
-        "rffm pretrain --spec {params.spec:q} --threads {threads}"
+        "rffm pretrain --spec {params.spec:q} --threads {threads} {params.device}"
         " --dataset-dir {params.dataset_dir} --out-dir {params.out_dir} > {log} 2>&1"
 
 
