@@ -71,6 +71,41 @@ def cmd_qualify(args: argparse.Namespace) -> None:
     print(f"run manifest: {Path(args.out_dir) / 'run_manifest.json'}")
 
 
+def cmd_plot_training(args: argparse.Namespace) -> None:
+    from rffm.report import plot_training
+
+    plot_training(args.run, args.epoch_dirs, args.selection_dir, args.out_dir)
+
+
+def cmd_summarize_manifest(args: argparse.Namespace) -> None:
+    from rffm.report import summarize_manifest
+
+    summarize_manifest(args.run, args.qualification_dir, args.out_dir)
+
+
+def cmd_plot_cache_lifecycle(args: argparse.Namespace) -> None:
+    from rffm.report import plot_cache_lifecycle
+
+    plot_cache_lifecycle(args.run, args.summary, args.out_dir)
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from rffm.tensorboard import export, log_dir_from_env
+
+    log_dir = args.log_dir or log_dir_from_env() or str(Path(args.results_dir) / "tensorboard")
+    try:
+        written = export(args.results_dir, log_dir)
+    except ImportError:
+        raise RffmError("tensorboardX is not installed. Fix: pip install 'rffm[tensorboard]'") from None
+    for run, count in written.items():
+        print(f"{run}: {count} epoch(s) -> {log_dir}/{run}")
+    if not written:
+        print(f"no finished epochs under {args.results_dir}/runs")
+        return 1
+    print(f"view with: tensorboard --logdir {log_dir}")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from rffm.verify import verify_tree
 
@@ -85,13 +120,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rffm.status import collect, render
+    from rffm.status import collect, default_plan, load_plan, render
 
-    rows = collect(args.results_dir)
+    config = load_plan(args.config) if args.config else default_plan(args.results_dir)
+    rows = collect(args.results_dir, config, full=args.full)
     if not rows:
         print(f"no runs under {args.results_dir}/runs")
         return 1
-    print(render(rows))
+    print(render(rows, full=args.full))
     return 0
 
 
@@ -135,11 +171,32 @@ def parser() -> argparse.ArgumentParser:
     for flag in ("--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-provenance", "--out-dir"):
         sub.add_argument(flag, required=True)
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    sub = command("plot-training", cmd_plot_training, "Plot training curves and selection evidence from sentinels.", spec=False)
+    sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    for flag in ("--run", "--selection-dir", "--out-dir"):
+        sub.add_argument(flag, required=True)
+    sub = command("summarize-manifest", cmd_summarize_manifest, "Render a run manifest as an HTML table.", spec=False)
+    for flag in ("--run", "--qualification-dir", "--out-dir"):
+        sub.add_argument(flag, required=True)
+    sub = command("plot-cache-lifecycle", cmd_plot_cache_lifecycle, "Plot a profiled cache lifecycle summary.", spec=False)
+    for flag in ("--run", "--summary", "--out-dir"):
+        sub.add_argument(flag, required=True)
+    sub = command("tensorboard", cmd_tensorboard, "Write TensorBoard event logs of every finished epoch's metrics.", spec=False)
+    sub.add_argument("results_dir", nargs="?", default="results")
+    sub.add_argument("--log-dir", help="default: $AIP_TENSORBOARD_LOG_DIR, else $RFFM_TENSORBOARD_DIR, else RESULTS_DIR/tensorboard")
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")
     sub = command("status", cmd_status, "Show every run's progress and results (reads sentinels only).", spec=False)
     sub.add_argument("results_dir", nargs="?", default="results")
+    sub.add_argument(
+        "--config",
+        nargs="+",
+        metavar="FILE",
+        help="workflow config file(s), merged in order, for planned epochs and the selection metric "
+        "(default: config/config.yaml when its `results` is RESULTS_DIR)",
+    )
+    sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
     return top
 
 

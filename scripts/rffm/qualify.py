@@ -10,11 +10,12 @@ import torch
 
 from rffm import backbone, ledger, manifest, plots, provenance
 from rffm.cache import from_bf16_bits, to_bf16_bits
-from rffm.dataset import iter_iq_batches, read_split
+from rffm.dataset import iter_iq_batches, read_split, split_attrs
 from rffm.errors import IntegrityError
 from rffm.files import atomic_write_json, read_json
 from rffm.head import AttentionPoolHead, HeadConfig
 from rffm.metrics import summarize
+from rffm.progress import Progress
 from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
 
 OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
@@ -31,10 +32,13 @@ def load_artifact(path: Path) -> tuple[AttentionPoolHead, dict[str, Any]]:
 def predict(model: backbone.IQPatchTransformer, head: AttentionPoolHead, test_path: Path, batch_size: int = 512) -> np.ndarray:
     """Class predictions for the test split, hidden states rounded to BF16 exactly as in training."""
     predictions = []
+    progress = Progress("qualify (test split)", total=split_attrs(test_path)["count"], unit="example")
     with torch.no_grad():
         for _, iq in iter_iq_batches(test_path, batch_size):
             hidden = from_bf16_bits(to_bf16_bits(model(torch.from_numpy(iq))))
             predictions.append(head(hidden).argmax(dim=1).numpy())
+            progress.update(len(iq))
+    progress.close()
     return np.concatenate(predictions)
 
 

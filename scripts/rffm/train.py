@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm import provenance
+from rffm import provenance, tensorboard
 from rffm.cache import CacheSplit, open_cache
 from rffm.errors import IntegrityError
 from rffm.files import atomic_torch_save, atomic_write_json, sha256_json
@@ -143,4 +143,6 @@ def run_epoch(spec: dict[str, Any], cache_dir: str | Path, epoch: int, previous_
     provenance.finish(out_dir / "provenance.json", "train_epoch", started, extra={"epoch": epoch})
     extra = {"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": metrics}
     key = {"run": spec["run"], "epoch": epoch}
-    return write_sentinel(out_dir, "train_epoch", key, outputs, inputs, {"run": spec["run"], "train": options}, "train", extra)
+    sentinel = write_sentinel(out_dir, "train_epoch", key, outputs, inputs, {"run": spec["run"], "train": options}, "train", extra)
+    tensorboard.log_epoch(spec["run"], metrics)  # optional side output, after the epoch is complete
+    return sentinel
