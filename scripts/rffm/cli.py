@@ -106,6 +106,24 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from rffm import configdoc
+
+    schema = args.schema or configdoc.SCHEMA
+    if args.check or args.write:
+        document = args.check or args.write
+        if configdoc.update(document, schema, write=bool(args.write)):
+            print(f"{document}: configuration reference is up to date")
+        elif args.write:
+            print(f"{document}: configuration reference rewritten from {schema}")
+        else:
+            print(f"{document}: configuration reference is out of date with {schema}. Fix: rffm config-reference --write {document}")
+            return 1
+        return 0
+    print(configdoc.render(schema), end="")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from rffm.verify import verify_tree
 
@@ -184,6 +202,11 @@ def parser() -> argparse.ArgumentParser:
     sub = command("tensorboard", cmd_tensorboard, "Write TensorBoard event logs of every finished epoch's metrics.", spec=False)
     sub.add_argument("results_dir", nargs="?", default="results")
     sub.add_argument("--log-dir", help="default: $AIP_TENSORBOARD_LOG_DIR, else $RFFM_TENSORBOARD_DIR, else RESULTS_DIR/tensorboard")
+    sub = command("config-reference", cmd_config_reference, "Print the configuration reference (Markdown) from the schema.", spec=False)
+    sub.add_argument("--schema", help="config schema (default: workflow/schemas/config.schema.yaml of this checkout)")
+    mode = sub.add_mutually_exclusive_group()
+    mode.add_argument("--check", metavar="DOC", help="exit 1 unless DOC's generated section matches the schema")
+    mode.add_argument("--write", metavar="DOC", help="rewrite DOC's generated section from the schema")
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")

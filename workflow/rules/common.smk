@@ -50,8 +50,9 @@ CACHE_FILES = [
 ]
 CODE = {
     step: code_digest(step)
-    for step in ("staging", "pretrain", "cache", "train", "selection", "qualify", "report")
+    for step in ("staging", "pretrain", "cache", "train", "selection", "qualify")
 }
+CODE["report"] = code_digest("report")
 
 
 def names_pattern(names):

@@ -32,8 +32,10 @@ rule plot_training:
         "../../envs/rffm.yaml"
     params:
         code=CODE["report"],
-        epoch_dirs=lambda wildcards: " ".join(epoch_dirs(wildcards.run)),
-        selection_dir=run_file("{run}", "selection"),
+        epoch_dirs=lambda wildcards, input: " ".join(
+            path.rsplit("/", 1)[0] for path in input.epochs
+        ),
+        selection_dir=lambda wildcards, input: input.selection.rsplit("/", 1)[0],
         out_dir=run_file("{run}", "report/validation"),
     shell:
         "rffm plot-training --run {wildcards.run} --epoch-dirs {params.epoch_dirs}"
@@ -60,7 +62,7 @@ rule summarize_manifest:
         "../../envs/rffm.yaml"
     params:
         code=CODE["report"],
-        qualification_dir=run_file("{run}", "qualification"),
+        qualification_dir=lambda wildcards, input: input.qualification.rsplit("/", 1)[0],
         out_dir=run_file("{run}", "report/qualification"),
     shell:
         "rffm summarize-manifest --run {wildcards.run} --qualification-dir {params.qualification_dir}"
