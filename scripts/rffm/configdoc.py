@@ -72,7 +72,8 @@ def rows(schema: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         if isinstance(entry, dict):
             names = _resolve(node.get("propertyNames", {}), schema)
             placeholder = "<name>"
-            out.append((f"{prefix}{placeholder}", "mapping", "", names.get("description", "")))
+            rule = names.get("description")
+            out.append((f"{prefix}{placeholder}", "mapping", "", f"One entry per name; names: {rule}" if rule else "One entry per name"))
             walk(entry, f"{prefix}{placeholder}.")
 
     walk(schema, "")

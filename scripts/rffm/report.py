@@ -50,20 +50,26 @@ def selection_evidence(selection: dict[str, Any], path: str | Path, title: str) 
     epochs = [c["epoch"] for c in selection["candidates"]]
     values = [c[metric] for c in selection["candidates"]]
     best = max(values) if selection["mode"] == "max" else min(values)
-    colors = ["tab:green" if e == chosen else ("tab:olive" if v == best else "lightsteelblue") for e, v in zip(epochs, values, strict=True)]
+    tied = [e for e, v in zip(epochs, values, strict=True) if v == best and e != chosen]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    bars = ax.bar(epochs, values, color=colors, edgecolor="black", lw=0.5)
-    for bar, value in zip(bars, values, strict=True):
-        ax.annotate(f"{value:.3f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
-    ties = sum(v == best for v in values)
+    ax.plot(epochs, values, "-o", color="lightsteelblue", mec="steelblue", ms=6, label="candidate epochs")
+    if tied:
+        ax.plot(tied, [best] * len(tied), "o", color="tab:olive", ms=9, label="tied, later epoch")
+    ax.plot([chosen], [selection["value"]], "o", color="tab:green", ms=11, label=f"selected: epoch {chosen}")
+    ax.axhline(selection["value"], color="tab:green", ls="--", lw=1)
+    for epoch, value in zip(epochs, values, strict=True):
+        ax.annotate(f"{value:.3f}", (epoch, value), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
     word = "highest" if selection["mode"] == "max" else "lowest"
     why = f"selected epoch {chosen}: {word} {metric} ({selection['value']:.4f}) of {len(values)} epochs"
-    why += f"; {ties} epochs tie, the earliest wins" if ties > 1 else "; ties would go to the earliest"
+    why += f"; {len(tied) + 1} epochs tie, the earliest wins" if tied else "; ties would go to the earliest"
     ax.set(xlabel="epoch", ylabel=f"{metric} (validation split)", title=f"{title}\n{why}")
     ax.set_xticks(epochs)
-    if metric != "val_loss":
-        ax.set_ylim(0, 1.08)
-    ax.grid(axis="y", alpha=0.3)
+    # zoom on the candidates' range: the differences between epochs are what the reader compares
+    low, high = min(values), max(values)
+    pad = max(0.01, 0.15 * (high - low))
+    ax.set_ylim(low - pad, high + 2 * pad)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right" if selection["mode"] == "max" else "upper right")
     save_png(fig, path)
 
 
