@@ -4,6 +4,7 @@ the run manifest as a table, and cache lifecycle timings when profiling was on."
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +156,15 @@ def manifest_html(manifest: dict[str, Any]) -> str:
     columns = ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")
     epoch_keys = [k for k in columns if epochs and k in epochs[0]]
     chosen = next((i for i, e in enumerate(epochs) if e["epoch"] == selection["epoch"]), None)
-    by_class = [[name, acc] for name, acc in qualification["accuracy_by_class"].items()]
-    by_snr = [[snr, acc] for snr, acc in qualification["accuracy_by_snr"].items()]
+    # the manifest's keys are sorted as text; show classes in dataset order and SNRs numerically
+    by_class = [[name, qualification["accuracy_by_class"].get(name)] for name in dataset["classes"]]
+    snrs = sorted(qualification["accuracy_by_snr"], key=lambda k: (k == "unknown", float(k) if k != "unknown" else 0.0))
+    by_snr = [[snr, qualification["accuracy_by_snr"][snr]] for snr in snrs]
     steps = [
         [rule, step.get("executor"), step.get("job_id"), step.get("host"), step.get("device"), step.get("image")]
         for rule, step in prov.get("steps", {}).items()
     ]
-    params = [[key, value] for key, value in sorted(manifest["training"]["params"].items())]
+    params = [[key, json.dumps(value)] for key, value in sorted(manifest["training"]["params"].items())]  # 3e-05, not 0.0000
     sections = [
         f"<h1>Run manifest: {html.escape(manifest['run_id'])}</h1>",
         _table(overview),
