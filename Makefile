@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: setup run test lint floor clean
+.PHONY: setup run test lint floor docs clean
 
 $(BIN)/rffm: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,11 @@ lint: setup
 # The default run next to the same head on a frozen, randomly initialized backbone (the floor).
 floor: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml
-	$(BIN)/rffm status results
+	$(BIN)/rffm status results --config config/config.yaml config/examples/random_floor.yaml
+
+# Regenerate the README's configuration reference from workflow/schemas/config.schema.yaml.
+docs: setup
+	$(BIN)/rffm config-reference --write README.md
 
 clean:
 	rm -rf results scratch .snakemake

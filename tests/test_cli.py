@@ -10,8 +10,8 @@ def test_status_lists_runs_and_manifest_paths(finished_workdir: Path, capsys):
     assert main(["status", str(finished_workdir / "results")]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["run", "epochs"]
-    assert lines[1].split()[:2] == ["base", "3"]
+    assert lines[0].split()[:3] == ["run", "state", "epochs"]
+    assert lines[1].split()[:3] == ["base", "qualified", "3/?"]
     assert lines[-1] == f"run manifest: {finished_workdir}/results/runs/base/qualification/run_manifest.json"
 
 

@@ -62,3 +62,18 @@ def test_lr_schedule_has_warmup_then_per_epoch_decay():
     assert train.lr_factor(0, 10, 5, 0.5) == pytest.approx(0.2)
     assert train.lr_factor(9, 10, 5, 0.5) == 1.0
     assert train.lr_factor(10, 10, 5, 0.5) == 0.5
+
+
+def test_an_epoch_writes_tensorboard_scalars_to_aip_tensorboard_log_dir(cache_dir: Path, tmp_path: Path, monkeypatch):
+    pytest.importorskip("tensorboardX")
+    from test_tensorboard import read_scalars
+
+    monkeypatch.setenv("AIP_TENSORBOARD_LOG_DIR", str(tmp_path / "tb"))
+    logged = run(cache_dir, tmp_path / "with", 2)
+    scalars = read_scalars(tmp_path / "tb" / "r")
+    assert scalars["accuracy/val"] == pytest.approx({1: logged[0]["val_accuracy"], 2: logged[1]["val_accuracy"]})
+    monkeypatch.delenv("AIP_TENSORBOARD_LOG_DIR")
+    run(cache_dir, tmp_path / "without", 2)
+    # a side output only: the epoch's files and sentinel are byte-identical without it
+    for name in ("checkpoint.pt", "metrics.json", "sentinel.json"):
+        assert (tmp_path / "with/2" / name).read_bytes() == (tmp_path / "without/2" / name).read_bytes()

@@ -19,6 +19,7 @@ EVERY_JOB = sorted(
     ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
     + EPOCHS
     + ["select_checkpoint[run=base]", "qualify[run=base]"]
+    + ["plot_training[run=base]", "summarize_manifest[run=base]"]  # report figures (rules/report.smk)
 )
 
 
@@ -45,7 +46,7 @@ def test_head_lr_change_reruns_only_epochs_and_selection(workdir: Path):
     config = tiny_config()
     config["runs"]["base"]["train"]["lr"] = 0.02
     write_config(workdir, config)
-    assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]"])
+    assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]", "plot_training[run=base]"])
 
 
 def test_more_epochs_run_only_the_new_ones(workdir: Path):
@@ -53,7 +54,7 @@ def test_more_epochs_run_only_the_new_ones(workdir: Path):
     config["runs"]["base"]["train"]["epochs"] = 6
     write_config(workdir, config)
     new = [f"train_epoch[run=base, epoch={e}]" for e in (4, 5, 6)]
-    assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]"])
+    assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]", "plot_training[run=base]"])
 
 
 def test_staging_seed_change_reruns_everything(workdir: Path):
@@ -76,7 +77,8 @@ def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch)
         "s.code_digest = lambda m: ('edited' + _real(m)) if m == 'selection' else _real(m)\n"
     )
     monkeypatch.setenv("PYTHONPATH", str(workdir))
-    assert planned_jobs(workdir) == ["qualify[run=base]", "select_checkpoint[run=base]"]
+    reports = ["plot_training[run=base]", "summarize_manifest[run=base]"]
+    assert planned_jobs(workdir) == sorted(["qualify[run=base]", "select_checkpoint[run=base]"] + reports)
 
 
 def _wait_for(path: Path, timeout: float = 120) -> None:

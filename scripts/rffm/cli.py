@@ -112,6 +112,59 @@ def cmd_qualify(args: argparse.Namespace) -> None:
     print(f"run manifest: {Path(args.out_dir) / 'run_manifest.json'}")
 
 
+def cmd_plot_training(args: argparse.Namespace) -> None:
+    from rffm.report import plot_training
+
+    plot_training(args.run, args.epoch_dirs, args.selection_dir, args.out_dir)
+
+
+def cmd_summarize_manifest(args: argparse.Namespace) -> None:
+    from rffm.report import summarize_manifest
+
+    summarize_manifest(args.run, args.qualification_dir, args.out_dir)
+
+
+def cmd_plot_cache_lifecycle(args: argparse.Namespace) -> None:
+    from rffm.report import plot_cache_lifecycle
+
+    plot_cache_lifecycle(args.run, args.summary, args.out_dir)
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from rffm.tensorboard import export, log_dir_from_env
+
+    log_dir = args.log_dir or log_dir_from_env() or str(Path(args.results_dir) / "tensorboard")
+    try:
+        written = export(args.results_dir, log_dir)
+    except ImportError:
+        raise RffmError("tensorboardX is not installed. Fix: pip install 'rffm[tensorboard]'") from None
+    for run, count in written.items():
+        print(f"{run}: {count} epoch(s) -> {log_dir}/{run}")
+    if not written:
+        print(f"no finished epochs under {args.results_dir}/runs")
+        return 1
+    print(f"view with: tensorboard --logdir {log_dir}")
+    return 0
+
+
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from rffm import configdoc
+
+    schema = args.schema or configdoc.SCHEMA
+    if args.check or args.write:
+        document = args.check or args.write
+        if configdoc.update(document, schema, write=bool(args.write)):
+            print(f"{document}: configuration reference is up to date")
+        elif args.write:
+            print(f"{document}: configuration reference rewritten from {schema}")
+        else:
+            print(f"{document}: configuration reference is out of date with {schema}. Fix: rffm config-reference --write {document}")
+            return 1
+        return 0
+    print(configdoc.render(schema), end="")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from rffm.verify import verify_tree
 
@@ -126,13 +179,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rffm.status import collect, render
+    from rffm.status import collect, default_plan, load_plan, render
 
-    rows = collect(args.results_dir)
+    config = load_plan(args.config) if args.config else default_plan(args.results_dir)
+    rows = collect(args.results_dir, config, full=args.full)
     if not rows:
         print(f"no runs under {args.results_dir}/runs")
         return 1
-    print(render(rows))
+    print(render(rows, full=args.full))
     return 0
 
 
@@ -195,6 +249,24 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument(flag, required=True)
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
     backbone_pass_options(sub, 512)
+    sub = command("plot-training", cmd_plot_training, "Plot training curves and selection evidence from sentinels.", spec=False)
+    sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    for flag in ("--run", "--selection-dir", "--out-dir"):
+        sub.add_argument(flag, required=True)
+    sub = command("summarize-manifest", cmd_summarize_manifest, "Render a run manifest as an HTML table.", spec=False)
+    for flag in ("--run", "--qualification-dir", "--out-dir"):
+        sub.add_argument(flag, required=True)
+    sub = command("plot-cache-lifecycle", cmd_plot_cache_lifecycle, "Plot a profiled cache lifecycle summary.", spec=False)
+    for flag in ("--run", "--summary", "--out-dir"):
+        sub.add_argument(flag, required=True)
+    sub = command("tensorboard", cmd_tensorboard, "Write TensorBoard event logs of every finished epoch's metrics.", spec=False)
+    sub.add_argument("results_dir", nargs="?", default="results")
+    sub.add_argument("--log-dir", help="default: $AIP_TENSORBOARD_LOG_DIR, else $RFFM_TENSORBOARD_DIR, else RESULTS_DIR/tensorboard")
+    sub = command("config-reference", cmd_config_reference, "Print the configuration reference (Markdown) from the schema.", spec=False)
+    sub.add_argument("--schema", help="config schema (default: workflow/schemas/config.schema.yaml of this checkout)")
+    mode = sub.add_mutually_exclusive_group()
+    mode.add_argument("--check", metavar="DOC", help="exit 1 unless DOC's generated section matches the schema")
+    mode.add_argument("--write", metavar="DOC", help="rewrite DOC's generated section from the schema")
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")
@@ -211,6 +283,14 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--arch", type=_spec, help='backbone arch overrides as JSON, e.g. \'{"dim": 192, "depth": 6}\'')
     sub = command("status", cmd_status, "Show every run's progress and results (reads sentinels only).", spec=False)
     sub.add_argument("results_dir", nargs="?", default="results")
+    sub.add_argument(
+        "--config",
+        nargs="+",
+        metavar="FILE",
+        help="workflow config file(s), merged in order, for planned epochs and the selection metric "
+        "(default: config/config.yaml when its `results` is RESULTS_DIR)",
+    )
+    sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
     return top
 
 

@@ -19,7 +19,7 @@ class Progress:
         self.name, self.total, self.unit = name, total, unit
         self.stream = stream or sys.stderr
         self.interval_s = PLAIN_INTERVAL_S if interval_s is None else interval_s
-        self.done = 0
+        self.done = self.reported = 0
         self.started = self.last_line = time.monotonic()
         self.postfix: dict[str, str] = {}
         self.bar = tqdm(total=total, desc=name, unit=unit, file=self.stream, dynamic_ncols=True) if self._is_tty() else None
@@ -42,6 +42,7 @@ class Progress:
             self._line(now)
 
     def _line(self, now: float) -> None:
+        self.reported = self.done
         elapsed = max(now - self.started, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
@@ -49,7 +50,7 @@ class Progress:
         percent = 100.0 * self.done / self.total if self.total else 100.0
         print(
             f"[{self.name}] {self.done}/{self.total} {self.unit} ({percent:.0f}%) "
-            f"{rate:.1f} {self.unit}/s elapsed {elapsed:.0f}s eta {eta:.0f}s{extras}",
+            f"{rate:.1f} {self.unit}/s elapsed {elapsed:.1f}s eta {eta:.0f}s{extras}",
             file=self.stream,
             flush=True,
         )
@@ -62,6 +63,8 @@ class Progress:
             print(f"[{self.name}] {message}", file=self.stream, flush=True)
 
     def close(self) -> None:
-        """Finish the bar (or print the final line)."""
+        """Finish the bar (or print the final line if the last one is out of date)."""
         if self.bar is not None:
             self.bar.close()
+        elif self.done != self.reported:
+            self._line(time.monotonic())

@@ -14,6 +14,7 @@ from rffm.errors import IntegrityError
 from rffm.files import atomic_write_json, read_json
 from rffm.head import AttentionPoolHead, HeadConfig
 from rffm.metrics import summarize
+from rffm.progress import Progress
 from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
 
 OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
@@ -54,7 +55,14 @@ def predict(
                 hidden = hidden.to(torch.bfloat16).float()
                 predictions[start:stop] = head(hidden).argmax(dim=1).cpu().numpy()
 
-        stats = batching.run_adaptive(iq.shape[0], controller, step)
+        progress = Progress("qualify (test split)", total=iq.shape[0], unit="example")
+
+        def tracked(start: int, stop: int) -> None:
+            step(start, stop)
+            progress.update(stop - start)
+
+        stats = batching.run_adaptive(iq.shape[0], controller, tracked)
+        progress.close()
         if controller.largest_good:
             profile.remember(
                 key, controller, controller.largest_good, {"input_shape": list(iq.shape[1:]), **batching.device_context(device)}

@@ -10,6 +10,7 @@ import numpy as np
 from rffm import provenance, synthetic
 from rffm.dataset import SPLITS, content_ids, write_split
 from rffm.errors import ConfigError, DataError
+from rffm.progress import Progress
 from rffm.sentinel import file_record, write_sentinel
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
@@ -32,7 +33,10 @@ def synthetic_spec(options: dict[str, Any]) -> synthetic.SyntheticSpec:
 def load_synthetic(spec: dict[str, Any]) -> dict[str, Any]:
     """Generate the embedded synthetic source."""
     gen = synthetic_spec(spec.get("synthetic", {}))
-    iq, labels, snr = synthetic.generate(gen, int(spec["seed"]))
+    total = len(gen.classes) * len(gen.snr_db) * gen.examples_per_class_snr
+    progress = Progress(f"stage_dataset {spec['name']}", total=total, unit="example")
+    iq, labels, snr = synthetic.generate(gen, int(spec["seed"]), progress=progress.update)
+    progress.close()
     return {
         "iq": iq,
         "label": labels,

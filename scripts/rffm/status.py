@@ -1,12 +1,29 @@
-"""A table of the runs under a results tree, read from sentinels (never from data)."""
+"""A table of the runs under a results tree, read from sentinels and small JSON files (never from data).
+
+Planned epochs and the selection metric come from the workflow configuration (`--config`, or
+config/config.yaml when its `results` is this tree); the tree itself does not record the plan.
+
+Integrity, fast by default: for every sentinel of the run, each output exists with its recorded
+byte size, outputs up to QUICK_HASH_BYTES are re-hashed (sentinels, metrics, plots, manifests,
+model cards), and every upstream sentinel the run consumed still carries the recorded digest.
+Large files (checkpoints, artifacts above the limit, datasets, caches) are only size-checked;
+`full=True` (`rffm status --full`) re-hashes everything, exactly as `rffm verify` does.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from rffm.errors import IntegrityError
-from rffm.sentinel import read_sentinel
+import yaml
+
+from rffm.errors import ConfigError, IntegrityError
+from rffm.files import read_json
+from rffm.sentinel import SENTINEL_NAME, check_record, read_sentinel, sentinel_problems
+from rffm.verify import link_problems
+
+QUICK_HASH_BYTES = 1 << 20
+DEFAULT_SELECTION = {"metric": "val_accuracy", "mode": "max"}
 
 
 def _sentinel(path: Path) -> dict[str, Any] | None:
@@ -16,34 +33,139 @@ def _sentinel(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def run_status(run_dir: Path) -> dict[str, Any]:
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_plan(config_paths: list[str | Path]) -> dict[str, Any]:
+    """The merged configuration files (later files override earlier ones, as with snakemake --configfile)."""
+    config: dict[str, Any] = {}
+    for path in config_paths:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read the configuration ({exc}). Fix: pass an existing YAML file to --config.") from None
+        config = _merge(config, loaded)
+    return config
+
+
+def default_plan(results_dir: str | Path) -> dict[str, Any]:
+    """config/config.yaml (from the current directory) when its `results` is this results tree; else nothing."""
+    path = Path("config/config.yaml")
+    if not path.exists():
+        return {}
+    config = load_plan([path])
+    same = Path(config.get("results", "results")).resolve() == Path(results_dir).resolve()
+    return config if same else {}
+
+
+def quick_problems(sentinel_path: Path) -> list[str]:
+    """Sizes of every output, hashes of the small ones, and the upstream links of one sentinel."""
+    body = read_sentinel(sentinel_path)
+    problems = []
+    for name, record in body["outputs"].items():
+        path = sentinel_path.parent / name
+        if not path.exists():
+            problems.append(f"{path}: missing (recorded {record['bytes']} bytes)")
+        elif path.stat().st_size != record["bytes"]:
+            problems.append(f"{path}: size {path.stat().st_size} bytes, recorded {record['bytes']}")
+        elif record["bytes"] <= QUICK_HASH_BYTES and (problem := check_record(path, record)):
+            problems.append(problem)
+    return problems + link_problems(sentinel_path, None)
+
+
+def integrity(run_dir: Path, full: bool = False) -> list[str]:
+    """Problems found in the run's sentinels (fast check, or the full `rffm verify` check)."""
+    problems = []
+    for sentinel_path in sorted(run_dir.rglob(SENTINEL_NAME)):
+        try:
+            problems += (sentinel_problems(sentinel_path) + link_problems(sentinel_path, None)) if full else quick_problems(sentinel_path)
+        except IntegrityError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def exposure(results_dir: Path, qualification: dict[str, Any] | None, run_dir: Path, dataset: str | None) -> int | None:
+    """Distinct artifacts evaluated on the run's test split so far, from the split's ledger."""
+    if qualification and "dataset" in qualification["inputs"]:
+        dataset_dir = (run_dir / "qualification" / qualification["inputs"]["dataset"]["path"]).parent.resolve()
+    elif dataset:
+        dataset_dir = results_dir / "datasets" / dataset
+    else:
+        return None
+    dataset_sentinel = _sentinel(dataset_dir / SENTINEL_NAME)
+    if dataset_sentinel is None or "test.h5" not in dataset_sentinel["outputs"]:
+        return None
+    split = dataset_sentinel["outputs"]["test.h5"]["sha256"]
+    ledger = dataset_dir / "test_ledger.json"
+    entries = read_json(ledger)["entries"] if ledger.exists() else []
+    return len({e["artifact_sha256"] for e in entries if e["split_sha256"] == split})
+
+
+def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: bool) -> str:
+    """pending, training, trained, selected or qualified (training again when more epochs are planned)."""
+    if epochs_done == 0:
+        return "pending"
+    if planned is not None and epochs_done < planned:
+        return "training"
+    if qualified:
+        return "qualified"
+    if selected:
+        return "selected"
+    return "trained" if planned is not None else "training"
+
+
+def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False) -> dict[str, Any]:
     """What one run has done so far, from its sentinels."""
+    plan = plan or {}
     epochs = []
-    for sentinel_path in (run_dir / "epochs").glob("*/sentinel.json"):
+    for sentinel_path in (run_dir / "epochs").glob(f"*/{SENTINEL_NAME}"):
         body = _sentinel(sentinel_path)
         if body:
             epochs.append(body["metrics"])
     epochs.sort(key=lambda m: m["epoch"])
-    selection = _sentinel(run_dir / "selection/sentinel.json")
-    qualification = _sentinel(run_dir / "qualification/sentinel.json")
+    selection_sentinel = _sentinel(run_dir / "selection" / SENTINEL_NAME)
+    qualification_sentinel = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
+    selection = selection_sentinel["selection"] if selection_sentinel else None
+    qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
+    rule = {**DEFAULT_SELECTION, **plan.get("selection", {})}
+    if selection:
+        rule = {"metric": selection["metric"], "mode": selection["mode"]}
+    scored = [m for m in epochs if rule["metric"] in m]
+    sign = 1 if rule["mode"] == "max" else -1
+    best = max(scored, key=lambda m: (sign * m[rule["metric"]], -m["epoch"]), default=None)
+    planned = plan.get("train", {}).get("epochs")
     manifest = run_dir / "qualification/run_manifest.json"
+    problems = integrity(run_dir, full)
     return {
         "run": run_dir.name,
+        "state": state_of(len(epochs), planned, selection is not None, qualification is not None),
         "epochs_done": len(epochs),
-        "best_val_accuracy": max((m["val_accuracy"] for m in epochs), default=None),
-        "selected_epoch": selection["selection"]["epoch"] if selection else None,
-        "artifact_sha256": selection["selection"]["artifact_sha256"] if selection else None,
-        "test_accuracy": qualification["qualification"]["accuracy"] if qualification else None,
-        "test_macro_f1": qualification["qualification"]["macro_f1"] if qualification else None,
-        "test_high_snr": qualification["qualification"].get("accuracy_high_snr") if qualification else None,
+        "epochs_planned": planned,
+        "metric": rule["metric"],
+        "best_value": best[rule["metric"]] if best else None,
+        "best_epoch": best["epoch"] if best else None,
+        "selected_epoch": selection["epoch"] if selection else None,
+        "artifact_sha256": selection["artifact_sha256"] if selection else None,
+        "test_accuracy": qualification["accuracy"] if qualification else None,
+        "test_macro_f1": qualification["macro_f1"] if qualification else None,
+        "test_high_snr": qualification.get("accuracy_high_snr") if qualification else None,
+        "exposure_count": exposure(run_dir.parent.parent, qualification_sentinel, run_dir, plan.get("dataset")),
+        "problems": problems,
         "manifest": str(manifest) if qualification and manifest.exists() else None,
     }
 
 
-def collect(results_dir: str | Path) -> list[dict[str, Any]]:
-    """Status of every run under results/runs."""
-    runs = Path(results_dir) / "runs"
-    return [run_status(d) for d in sorted(runs.iterdir()) if d.is_dir()] if runs.is_dir() else []
+def collect(results_dir: str | Path, config: dict[str, Any] | None = None, full: bool = False) -> list[dict[str, Any]]:
+    """Status of every run under results/runs, and of configured runs that have not started."""
+    runs_dir = Path(results_dir) / "runs"
+    planned = (config or {}).get("runs", {})
+    present = {d.name for d in runs_dir.iterdir() if d.is_dir()} if runs_dir.is_dir() else set()
+    names = sorted(present | set(planned))
+    return [run_status(runs_dir / name, planned.get(name), full) for name in names]
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -54,24 +176,36 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def render(rows: list[dict[str, Any]]) -> str:
-    """Plain-text table, then one manifest path per qualified run."""
+def render(rows: list[dict[str, Any]], full: bool = False) -> str:
+    """Plain-text table, then every integrity problem, then one manifest path per qualified run."""
     high = next((r["test_high_snr"]["min_snr_db"] for r in rows if r.get("test_high_snr")), 10)
-    header = ["run", "epochs", "best val acc", "selected", "artifact", "test acc", f"test acc >={high:g} dB", "test macro-F1"]
-    table = [header] + [
-        [
-            r["run"],
-            _fmt(r["epochs_done"]),
-            _fmt(r["best_val_accuracy"]),
-            _fmt(r["selected_epoch"]),
-            (r["artifact_sha256"] or "-")[:12],
-            _fmt(r["test_accuracy"]),
-            _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),
-            _fmt(r["test_macro_f1"]),
-        ]
-        for r in rows
-    ]
+    metrics = sorted({r["metric"] for r in rows})
+    mixed = len(metrics) > 1
+    best_header = "best val metric" if mixed else f"best {metrics[0]}"
+    header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "artifact", "test acc"]
+    header += [f"acc >={high:g} dB", "macro-F1", "test exposure", "verify" + (" (full)" if full else " (fast)")]
+    table = [header]
+    for r in rows:
+        best = "-" if r["best_value"] is None else f"{_fmt(r['best_value'])} @{r['best_epoch']}"
+        if mixed and r["best_value"] is not None:
+            best = f"{r['metric']} {best}"
+        table.append(
+            [
+                r["run"],
+                r["state"],
+                f"{r['epochs_done']}/{_fmt(r['epochs_planned']) if r['epochs_planned'] is not None else '?'}",
+                best,
+                _fmt(r["selected_epoch"]),
+                (r["artifact_sha256"] or "-")[:12],
+                _fmt(r["test_accuracy"]),
+                _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),
+                _fmt(r["test_macro_f1"]),
+                _fmt(r["exposure_count"]),
+                f"BROKEN ({len(r['problems'])})" if r["problems"] else "ok",
+            ]
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines += [f"BROKEN {problem}" for r in rows for problem in r["problems"]]
     lines += [f"run manifest: {r['manifest']}" for r in rows if r["manifest"]]
     return "\n".join(lines)

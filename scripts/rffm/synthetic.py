@@ -9,6 +9,7 @@ SNR of the linear modulations is ~7 dB higher) -> unit RMS. See README "Syntheti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,8 +156,11 @@ def channel(x: np.ndarray, snr_db: float, imp: Impairments, rng: np.random.Gener
     return x / np.sqrt(np.mean(np.abs(x) ** 2))
 
 
-def generate(spec: SyntheticSpec, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All examples, class-major then SNR: IQ float32 [N, 2, L], labels int64 [N], SNR float32 [N]."""
+def generate(spec: SyntheticSpec, seed: int, progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All examples, class-major then SNR: IQ float32 [N, 2, L], labels int64 [N], SNR float32 [N].
+
+    `progress`, if given, is called with the number of examples generated after each (class, SNR) stratum.
+    """
     unknown = sorted(set(spec.classes) - set(CLASSES))
     if unknown:
         raise ValueError(f"unknown synthetic classes {unknown}; known: {', '.join(CLASSES)}")
@@ -174,4 +178,6 @@ def generate(spec: SyntheticSpec, seed: int) -> tuple[np.ndarray, np.ndarray, np
                 iq[row, 0], iq[row, 1] = x.real, x.imag
                 labels[row], snrs[row] = label, snr
                 row += 1
+            if progress is not None:
+                progress(spec.examples_per_class_snr)
     return iq, labels, snrs

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm import provenance
+from rffm import provenance, tensorboard
 from rffm.cache import CacheSplit, open_cache, prefetched
 from rffm.errors import IntegrityError
 from rffm.files import atomic_torch_save, atomic_write_json, sha256_json
@@ -177,4 +177,6 @@ def run_epoch(
     provenance.finish(out_dir / "provenance.json", "train_epoch", started, device=device, extra={"epoch": epoch, "phases": timings})
     extra = {"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": metrics}
     key = {"run": spec["run"], "epoch": epoch}
-    return write_sentinel(out_dir, "train_epoch", key, outputs, inputs, {"run": spec["run"], "train": options}, "train", extra)
+    sentinel = write_sentinel(out_dir, "train_epoch", key, outputs, inputs, {"run": spec["run"], "train": options}, "train", extra)
+    tensorboard.log_epoch(spec["run"], metrics)  # optional side output, after the epoch is complete
+    return sentinel

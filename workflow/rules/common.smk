@@ -52,6 +52,7 @@ CODE = {
     step: code_digest(step)
     for step in ("staging", "pretrain", "cache", "train", "selection", "qualify")
 }
+CODE["report"] = code_digest("report")
 
 
 def names_pattern(names):
@@ -302,3 +303,35 @@ def all_selections():
 
 def all_manifests():
     return [run_file(run, "qualification/run_manifest.json") for run in config["runs"]]
+
+
+# ---- report figures (rules/report.smk) ----
+
+
+def profiling_summary(wildcards):
+    """The cache lifecycle summary a profiled run writes (runs.<run>.profiling)."""
+    return run_file(wildcards.run, "profiling/cache_lifecycle_summary.json")
+
+
+def validation_reports(run):
+    return [
+        run_file(run, f"report/validation/{name}")
+        for name in ("training_curves.png", "selection_evidence.png")
+    ]
+
+
+def final_reports(run):
+    """Every report figure of a run; the lifecycle chart only when profiling is configured."""
+    files = validation_reports(run)
+    files.append(run_file(run, "report/qualification/manifest_summary.html"))
+    if run_config(run).get("profiling"):
+        files.append(run_file(run, "report/profiling/cache_lifecycle.png"))
+    return files
+
+
+def all_validation_reports():
+    return [f for run in config["runs"] for f in validation_reports(run)]
+
+
+def all_final_reports():
+    return [f for run in config["runs"] for f in final_reports(run)]

@@ -1,0 +1,134 @@
+"""Report figures and tables, and `snakemake --report` on the tiny workflow."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, snakemake
+from rffm import report
+from rffm.errors import DataError
+from rffm.files import read_json
+from rffm.sentinel import read_sentinel
+from rffm.verify import verify_tree
+
+PNG = b"\x89PNG\r\n\x1a\n"
+RUN = "results/runs/base"
+# every figure and table of a run in the report: (path under the run, name in the report)
+FIGURES = [
+    "report/validation/training_curves.png",
+    "report/validation/selection_evidence.png",
+    "qualification/accuracy_vs_snr.png",
+    "qualification/confusion_matrix.png",
+    "qualification/metrics.json",
+    "report/qualification/manifest_summary.html",
+]
+SUMMARY = {
+    "schema_version": 1,
+    "run": "base",
+    "batch_count": 4,
+    "phases": {
+        "cache_build": {"total_s": 2.5, "count": 1},
+        "read_batch": {"total_s": 0.41, "count": 4},
+        "backbone_forward": {"total_s": 1.73, "count": 4},
+        "memmap_write": {"total_s": 0.12, "count": 4},
+        "backpressure_wait": {"total_s": 0.0, "count": 0},
+    },
+    "traces": ["cache_build.json"],
+}
+
+
+def test_cache_lifecycle_chart_from_a_hand_written_summary(tmp_path: Path):
+    summary_path = tmp_path / "profiling/cache_lifecycle_summary.json"
+    summary_path.parent.mkdir()
+    summary_path.write_text(json.dumps(SUMMARY))
+    report.plot_cache_lifecycle("base", summary_path, tmp_path / "a")
+    report.plot_cache_lifecycle("base", summary_path, tmp_path / "b")
+    figure = (tmp_path / "a" / report.LIFECYCLE_FIGURE).read_bytes()
+    assert figure.startswith(PNG) and len(figure) > 10_000
+    assert figure == (tmp_path / "b" / report.LIFECYCLE_FIGURE).read_bytes()  # deterministic bytes
+    sentinel = read_sentinel(tmp_path / "a/sentinel.json")
+    assert sentinel["stage"] == "plot_cache_lifecycle" and list(sentinel["outputs"]) == [report.LIFECYCLE_FIGURE]
+    assert sentinel["inputs"]["profiling_summary"]["path"] == "../profiling/cache_lifecycle_summary.json"
+    assert verify_tree(tmp_path / "a") == (1, [])
+
+
+@pytest.mark.parametrize(
+    "broken, field",
+    [({"phases": {}}, "field 'phases'"), ({"phases": {"read": {"total_s": "1", "count": 2}}}, "phases.read must hold")],
+)
+def test_a_malformed_lifecycle_summary_names_the_file_and_field(tmp_path: Path, broken: dict, field: str):
+    path = tmp_path / "cache_lifecycle_summary.json"
+    path.write_text(json.dumps({**SUMMARY, **broken}))
+    with pytest.raises(DataError, match=re.escape(field)) as error:
+        report.plot_cache_lifecycle("base", path, tmp_path / "out")
+    assert str(path) in str(error.value)
+    assert not (tmp_path / "out" / "sentinel.json").exists()
+
+
+def test_validation_figures_are_deterministic_and_show_the_selection(finished_workdir: Path, tmp_path: Path):
+    run = finished_workdir / RUN
+    epoch_dirs = sorted((run / "epochs").iterdir())
+    for out in ("a", "b"):
+        report.plot_training("base", epoch_dirs, run / "selection", tmp_path / out)
+    for name in report.VALIDATION_FIGURES:
+        assert (tmp_path / "a" / name).read_bytes().startswith(PNG)
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+        assert (tmp_path / "a" / name).read_bytes() == (run / "report/validation" / name).read_bytes(), name
+    assert (tmp_path / "a/sentinel.json").read_bytes() == (tmp_path / "b/sentinel.json").read_bytes()
+
+
+def test_manifest_table_highlights_the_selected_epoch(finished_workdir: Path):
+    manifest = read_json(finished_workdir / RUN / "qualification/run_manifest.json")
+    page = (finished_workdir / RUN / "report/qualification/manifest_summary.html").read_text()
+    assert page == report.manifest_html(manifest)
+    selected = re.search(r"<tr class=sel><td>(\d+)</td>", page)
+    assert selected and int(selected.group(1)) == manifest["selection"]["epoch"]
+    assert manifest["selection"]["artifact_sha256"] in page
+    assert f"<td>{manifest['qualification']['exposure_count']} distinct artifact(s)" in page
+    assert page.count("<tr>") > 3 + len(manifest["dataset"]["classes"]) and "</html>" in page
+
+
+@pytest.mark.workflow
+def test_snakemake_report_contains_every_figure_of_the_run(workdir: Path, tmp_path: Path):
+    snakemake(workdir, "--report", str(tmp_path / "report.zip"))
+    with zipfile.ZipFile(tmp_path / "report.zip") as archive:
+        raw = {Path(name).name: archive.read(name) for name in archive.namelist() if name.startswith("report/data/raw/")}
+        page = archive.read("report/report.html").decode()
+    for figure in FIGURES:
+        name = Path(figure).name
+        assert raw.get(name) == (workdir / RUN / figure).read_bytes(), f"{name} missing or different in report.zip"
+    assert "rffm post-trains an RF signal classifier" in page and "selection by max" in page  # workflow description
+
+    snakemake(workdir, "--report", str(tmp_path / "report.html"))
+    page = (tmp_path / "report.html").read_text()
+    for figure in FIGURES:
+        name = Path(figure).name
+        embedded = re.search(rf"filename={re.escape(name)};base64,([A-Za-z0-9+/=]+)", page)
+        assert embedded, f"{name} not embedded in report.html"
+        assert base64.b64decode(embedded.group(1)) == (workdir / RUN / figure).read_bytes(), name
+    assert "cache_lifecycle.png" not in page  # profiling is not configured in the tiny run
+
+
+def _schema_has_profiling() -> bool:
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    return "profiling" in schema["properties"]["runs"]["additionalProperties"]["properties"]
+
+
+@pytest.mark.workflow
+@pytest.mark.skipif(not _schema_has_profiling(), reason="runs.<run>.profiling is not in the schema of this branch")
+def test_a_profiled_run_adds_the_cache_lifecycle_chart_to_the_report(workdir: Path, tmp_path: Path):
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["runs"]["base"]["profiling"] = {"batch_count": 1}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    snakemake(workdir)
+    snakemake(workdir, "--report", str(tmp_path / "report.zip"))
+    with zipfile.ZipFile(tmp_path / "report.zip") as archive:
+        names = {Path(name).name for name in archive.namelist()}
+    assert "cache_lifecycle.png" in names and {Path(f).name for f in FIGURES} <= names

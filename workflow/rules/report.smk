@@ -1,0 +1,94 @@
+# Figures and tables for `snakemake --report`. Each is a small rule of its own reading
+# sentinels (and the manifest), so adding or changing a figure never reruns a training step.
+
+
+rule plot_training:
+    input:
+        epochs=lambda wildcards: [
+            epoch_file(wildcards.run, e, "sentinel.json")
+            for e in run_epochs(wildcards.run)
+        ],
+        selection=run_file("{run}", "selection/sentinel.json"),
+    output:
+        curves=report(
+            run_file("{run}", "report/validation/training_curves.png"),
+            caption="../report/training_curves.rst",
+            category="{run}",
+            subcategory="1. validation",
+            labels={"figure": "training curves"},
+        ),
+        evidence=report(
+            run_file("{run}", "report/validation/selection_evidence.png"),
+            caption="../report/selection_evidence.rst",
+            category="{run}",
+            subcategory="1. validation",
+            labels={"figure": "selection evidence"},
+        ),
+        provenance=run_file("{run}", "report/validation/provenance.json"),
+        sentinel=run_file("{run}", "report/validation/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/plot_training/{{run}}.log",
+    conda:
+        "../../envs/rffm.yaml"
+    params:
+        code=CODE["report"],
+        epoch_dirs=lambda wildcards, input: " ".join(
+            path.rsplit("/", 1)[0] for path in input.epochs
+        ),
+        selection_dir=lambda wildcards, input: input.selection.rsplit("/", 1)[0],
+        out_dir=run_file("{run}", "report/validation"),
+    shell:
+        "rffm plot-training --run {wildcards.run} --epoch-dirs {params.epoch_dirs}"
+        " --selection-dir {params.selection_dir} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule summarize_manifest:
+    input:
+        qualification=run_file("{run}", "qualification/sentinel.json"),
+        manifest=ancient(run_file("{run}", "qualification/run_manifest.json")),
+    output:
+        table=report(
+            run_file("{run}", "report/qualification/manifest_summary.html"),
+            caption="../report/manifest_summary.rst",
+            category="{run}",
+            subcategory="2. qualification (test split)",
+            labels={"figure": "run manifest"},
+        ),
+        provenance=run_file("{run}", "report/qualification/provenance.json"),
+        sentinel=run_file("{run}", "report/qualification/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/summarize_manifest/{{run}}.log",
+    conda:
+        "../../envs/rffm.yaml"
+    params:
+        code=CODE["report"],
+        qualification_dir=lambda wildcards, input: input.qualification.rsplit("/", 1)[0],
+        out_dir=run_file("{run}", "report/qualification"),
+    shell:
+        "rffm summarize-manifest --run {wildcards.run} --qualification-dir {params.qualification_dir}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule plot_cache_lifecycle:
+    input:
+        summary=profiling_summary,
+    output:
+        figure=report(
+            run_file("{run}", "report/profiling/cache_lifecycle.png"),
+            caption="../report/cache_lifecycle.rst",
+            category="{run}",
+            subcategory="3. performance",
+            labels={"figure": "cache lifecycle timings"},
+        ),
+        provenance=run_file("{run}", "report/profiling/provenance.json"),
+        sentinel=run_file("{run}", "report/profiling/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/plot_cache_lifecycle/{{run}}.log",
+    conda:
+        "../../envs/rffm.yaml"
+    params:
+        code=CODE["report"],
+        out_dir=run_file("{run}", "report/profiling"),
+    shell:
+        "rffm plot-cache-lifecycle --run {wildcards.run} --summary {input.summary}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
