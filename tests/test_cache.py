@@ -155,6 +155,9 @@ def test_profiling_writes_chrome_traces_and_the_lifecycle_summary(inputs, tmp_pa
         names = {event.get("name") for event in events}
         expected = {"source_read", "backbone", "cache_store"} if trace.startswith("cache") else {"prefetch_wait", "head"}
         assert expected <= names, (trace, expected - names)
+    from rffm import profiling
+
+    profiling.write("r", tmp_path / "p.json", [tmp_path / "e1", tmp_path / "e2"], profile_dir)
     summary = json.loads((profile_dir / "cache_lifecycle_summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["traces"] == traces
     for phase in ("preallocation", "source_read", "staging", "backpressure_wait", "memmap_assign"):

@@ -9,9 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import REPO, snakemake
+from conftest import snakemake
 from rffm import report
 from rffm.errors import DataError
 from rffm.files import read_json
@@ -28,6 +27,7 @@ FIGURES = [
     "qualification/confusion_matrix.png",
     "qualification/metrics.json",
     "report/qualification/manifest_summary.html",
+    "report/profiling/cache_lifecycle.png",  # the tiny run is profiled (tests/tiny.yaml)
 ]
 SUMMARY = {
     "schema_version": 1,
@@ -113,22 +113,3 @@ def test_snakemake_report_contains_every_figure_of_the_run(workdir: Path, tmp_pa
         embedded = re.search(rf"filename={re.escape(name)};base64,([A-Za-z0-9+/=]+)", page)
         assert embedded, f"{name} not embedded in report.html"
         assert base64.b64decode(embedded.group(1)) == (workdir / RUN / figure).read_bytes(), name
-    assert "cache_lifecycle.png" not in page  # profiling is not configured in the tiny run
-
-
-def _schema_has_profiling() -> bool:
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    return "profiling" in schema["properties"]["runs"]["additionalProperties"]["properties"]
-
-
-@pytest.mark.workflow
-@pytest.mark.skipif(not _schema_has_profiling(), reason="runs.<run>.profiling is not in the schema of this branch")
-def test_a_profiled_run_adds_the_cache_lifecycle_chart_to_the_report(workdir: Path, tmp_path: Path):
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
-    config["runs"]["base"]["profiling"] = {"batch_count": 1}
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    snakemake(workdir)
-    snakemake(workdir, "--report", str(tmp_path / "report.zip"))
-    with zipfile.ZipFile(tmp_path / "report.zip") as archive:
-        names = {Path(name).name for name in archive.namelist()}
-    assert "cache_lifecycle.png" in names and {Path(f).name for f in FIGURES} <= names

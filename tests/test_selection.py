@@ -1,7 +1,7 @@
 import pytest
 
 from rffm.errors import ConfigError
-from rffm.selection import choose
+from rffm.selection import choose, selection_options
 
 
 def metrics(values):
@@ -17,3 +17,9 @@ def test_best_epoch_with_ties_to_the_earliest():
 def test_unknown_metric_is_a_config_error():
     with pytest.raises(ConfigError, match="not an epoch metric"):
         choose(metrics([0.1]), "val_auc", "max")
+
+
+def test_mode_defaults_to_the_metrics_direction():
+    assert selection_options({})["mode"] == "max"
+    assert selection_options({"selection": {"metric": "val_loss"}}) == {"metric": "val_loss", "mode": "min"}
+    assert selection_options({"selection": {"metric": "val_loss", "mode": "max"}})["mode"] == "max"

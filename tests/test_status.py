@@ -39,7 +39,7 @@ def three_runs(workdir: Path) -> Path:
     shutil.rmtree(runs / "picked/qualification")
     shutil.rmtree(runs / "picked/report/qualification")
     shutil.copytree(runs / "base", runs / "midway", symlinks=True)
-    for done in ("epochs/2", "epochs/3", "selection", "qualification", "report"):
+    for done in ("epochs/2", "epochs/3", "selection", "qualification", "report", "profiling"):
         shutil.rmtree(runs / "midway" / done)
     config = tiny_config()
     for name in ("picked", "midway", "queued"):

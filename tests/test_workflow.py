@@ -20,6 +20,7 @@ EVERY_JOB = sorted(
     + EPOCHS
     + ["select_checkpoint[run=base]", "qualify[run=base]"]
     + ["plot_training[run=base]", "summarize_manifest[run=base]"]  # report figures (rules/report.smk)
+    + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]"]  # the tiny run is profiled
 )
 
 

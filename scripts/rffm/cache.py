@@ -31,7 +31,7 @@ import torch
 from rffm import backbone, batching, provenance
 from rffm.errors import ConfigError, IntegrityError
 from rffm.files import atomic_write_json, read_json
-from rffm.profiling import BatchTracer, PhaseTimes, write_summary
+from rffm.profiling import BatchTracer, PhaseTimes
 from rffm.progress import Progress
 from rffm.sentinel import array_record, file_record, require_intact, upstream, write_sentinel
 
@@ -299,7 +299,6 @@ def build(
         directory.mkdir(parents=True, exist_ok=True)
         if directory != profile_dirs[0] and tracer.path and tracer.path.exists():
             shutil.copyfile(tracer.path, directory / tracer.path.name)
-        write_summary(directory, "build_cache", {f"cache_build.{k}": v for k, v in timings.items()}, {"batch_stats": stats})
     provenance.finish(
         provenance_path,
         "build_cache",

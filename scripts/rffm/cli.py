@@ -190,6 +190,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile_summary(args: argparse.Namespace) -> None:
+    from rffm.profiling import write
+
+    write(args.run, args.cache_provenance, args.epoch_dirs, args.profile_dir)
+
+
 def cmd_bench_cache(args: argparse.Namespace) -> int:
     from rffm.bench_cache import main as bench
 
@@ -267,6 +273,10 @@ def parser() -> argparse.ArgumentParser:
     mode = sub.add_mutually_exclusive_group()
     mode.add_argument("--check", metavar="DOC", help="exit 1 unless DOC's generated section matches the schema")
     mode.add_argument("--write", metavar="DOC", help="rewrite DOC's generated section from the schema")
+    sub = command("profile-summary", cmd_profile_summary, "Summarize a profiled run's cache lifecycle timings.", spec=False)
+    for flag in ("--run", "--cache-provenance", "--profile-dir"):
+        sub.add_argument(flag, required=True)
+    sub.add_argument("--epoch-dirs", nargs="+", required=True)
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")

@@ -83,13 +83,40 @@ class BatchTracer:
         self.profiler = None
 
 
-def write_summary(directory: str | Path, part: str, phases: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
-    """Merge one step's phase totals into the run's cache_lifecycle_summary.json."""
-    path = Path(directory) / SUMMARY_NAME
-    summary = read_json(path) if path.exists() else {"schema_version": 1, "phases": {}, "parts": {}, "traces": []}
-    summary["parts"][part] = {"phases": phases, **(extra or {})}
-    summary["phases"].update(phases)
-    summary["traces"] = sorted(p.name for p in Path(directory).glob("*.trace.json"))
-    summary["note"] = "inclusive, non-additive phase timings; waits are the critical-path signals"
-    atomic_write_json(path, {**summary, **({"run": extra["run"]} if extra and "run" in extra else {})})
-    return path
+def summarize(
+    run: str, cache_provenance: str | Path, epoch_provenances: list[str | Path], profile_dir: str | Path, out: str | Path
+) -> Path:
+    """cache_lifecycle_summary.json of a run from the phase timings its steps recorded in provenance."""
+    parts = {"build_cache": read_json(cache_provenance)}
+    for path in epoch_provenances:
+        record = read_json(path)
+        parts[f"train_epoch_{record['epoch']}"] = record
+    phases: dict[str, Any] = {}
+    for name, record in parts.items():
+        prefix = "cache_build." if name == "build_cache" else f"epoch{record['epoch']}."
+        phases.update({prefix + phase: value for phase, value in record.get("phases", {}).items()})
+    summary = {
+        "schema_version": 1,
+        "run": run,
+        "note": "inclusive, non-additive phase timings; waits are the critical-path signals",
+        "phases": phases,
+        "parts": {
+            name: {k: record.get(k) for k in ("host", "device", "duration_s", "batch_stats") if k in record}
+            for name, record in parts.items()
+        },
+        "traces": sorted(p.name for p in Path(profile_dir).glob("*.trace.json")),
+    }
+    atomic_write_json(out, summary)
+    return Path(out)
+
+
+def write(run: str, cache_provenance: str | Path, epoch_dirs: list[str | Path], profile_dir: str | Path) -> Path:
+    """The summarize_profiling step: summary plus its sentinel (timings are diagnostics, never hashed)."""
+    from rffm.sentinel import diagnostic_record, upstream, write_sentinel
+
+    profile_dir = Path(profile_dir)
+    out = summarize(run, cache_provenance, [Path(d) / "provenance.json" for d in epoch_dirs], profile_dir, profile_dir / SUMMARY_NAME)
+    inputs = {f"epoch_{i}": upstream(Path(d) / "sentinel.json", profile_dir) for i, d in enumerate(epoch_dirs, start=1)}
+    outputs = {SUMMARY_NAME: diagnostic_record()}
+    write_sentinel(profile_dir, "summarize_profiling", {"run": run}, outputs, inputs, {}, "profiling")
+    return out

@@ -15,7 +15,7 @@ from rffm.files import atomic_write_json, read_json
 from rffm.head import AttentionPoolHead, HeadConfig
 from rffm.metrics import summarize
 from rffm.progress import Progress
-from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
+from rffm.sentinel import file_record, json_record, require_intact, upstream, write_sentinel
 
 OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
 
@@ -121,7 +121,9 @@ def qualify(
     )
     body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps)
     atomic_write_json(out_dir / "run_manifest.json", body)
-    outputs = {name: file_record(out_dir / name) for name in OUTPUTS}
+    outputs = {name: file_record(out_dir / name) for name in OUTPUTS if name != "run_manifest.json"}
+    # the manifest's provenance names hosts and times; the sentinel vouches for the rest of it
+    outputs["run_manifest.json"] = json_record(out_dir / "run_manifest.json", ["provenance"])
     inputs = {
         "selection": upstream(selection_dir / "sentinel.json", out_dir),
         "backbone": upstream(backbone_dir / "sentinel.json", out_dir),

@@ -13,7 +13,14 @@ from rffm.errors import ConfigError
 from rffm.files import atomic_write_bytes, atomic_write_json, canonical_json, read_json, sha256_bytes
 from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
 
-DEFAULT_SELECTION = {"metric": "val_accuracy", "mode": "max"}
+DEFAULT_SELECTION = {"metric": "val_accuracy"}
+
+
+def selection_options(spec: dict) -> dict:
+    """The run's metric and mode; without a mode, losses are minimized and everything else maximized."""
+    options = selection_options(spec)
+    options.setdefault("mode", "min" if options["metric"].endswith("loss") else "max")
+    return options
 ARTIFACT_DIR = "artifact"
 READ_ONLY = 0o444
 
@@ -36,7 +43,7 @@ def select(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Pa
     """Choose the best epoch, publish its weights as artifact/sha256-<hex>.pt with a model card."""
     out_dir = Path(out_dir)
     started = provenance.start()
-    options = {**DEFAULT_SELECTION, **spec.get("selection", {})}
+    options = selection_options(spec)
     epoch_dirs = [Path(d) for d in epoch_dirs]
     inputs, candidates = {}, []
     for directory in epoch_dirs:

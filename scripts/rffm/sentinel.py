@@ -25,6 +25,18 @@ def file_record(path: str | Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def json_record(path: str | Path, excluding: list[str]) -> dict[str, Any]:
+    """Digest of a JSON file's content without its non-deterministic top-level keys (e.g. provenance)."""
+    body = read_json(path)
+    kept = {key: value for key, value in body.items() if key not in excluding}
+    return {"excluding": sorted(excluding), "json_sha256": sha256_json(kept)}
+
+
+def diagnostic_record() -> dict[str, Any]:
+    """A diagnostics file (timings, traces): listed so verify knows it, never hashed."""
+    return {"diagnostic": True}
+
+
 def array_record(path: str | Path, shape: tuple[int, ...], dtype: str, full_hash: bool = False) -> dict[str, Any]:
     """Element count, shape, dtype and a checksum of evenly sampled rows of a raw array file."""
     path = Path(path)
@@ -105,7 +117,15 @@ def read_sentinel(path: str | Path) -> dict[str, Any]:
 def check_record(path: Path, record: dict[str, Any]) -> str | None:
     """Compare a file with its record; return a description of the mismatch, or None."""
     if not path.exists():
-        return f"{path}: missing (recorded {record['bytes']} bytes)"
+        return f"{path}: missing" + (f" (recorded {record['bytes']} bytes)" if "bytes" in record else "")
+    if record.get("diagnostic"):
+        return None
+    if "json_sha256" in record:
+        try:
+            actual = json_record(path, record["excluding"])["json_sha256"]
+        except ValueError:
+            return f"{path}: not valid JSON any more"
+        return None if actual == record["json_sha256"] else f"{path}: content (without {record['excluding']}) changed since it was written"
     size = path.stat().st_size
     if size != record["bytes"]:
         return f"{path}: size {size} bytes, recorded {record['bytes']}"

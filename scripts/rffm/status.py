@@ -68,7 +68,10 @@ def quick_problems(sentinel_path: Path) -> list[str]:
     problems = []
     for name, record in body["outputs"].items():
         path = sentinel_path.parent / name
-        if not path.exists():
+        if "bytes" not in record:  # JSON-content and diagnostics records: small, check them fully
+            if problem := check_record(path, record):
+                problems.append(problem)
+        elif not path.exists():
             problems.append(f"{path}: missing (recorded {record['bytes']} bytes)")
         elif path.stat().st_size != record["bytes"]:
             problems.append(f"{path}: size {path.stat().st_size} bytes, recorded {record['bytes']}")

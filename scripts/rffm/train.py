@@ -15,7 +15,7 @@ from rffm.errors import IntegrityError
 from rffm.files import atomic_torch_save, atomic_write_json, sha256_json
 from rffm.head import AttentionPoolHead, HeadConfig
 from rffm.metrics import confusion_matrix, macro_f1
-from rffm.profiling import BatchTracer, PhaseTimes, write_summary
+from rffm.profiling import BatchTracer, PhaseTimes
 from rffm.progress import Progress
 from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
 
@@ -172,8 +172,6 @@ def run_epoch(
     atomic_write_json(out_dir / "metrics.json", metrics)
     outputs = {name: file_record(out_dir / name) for name in ("checkpoint.pt", "metrics.json")}
     timings = phases.as_dict()
-    if profile_dir is not None:
-        write_summary(profile_dir, f"train_epoch_{epoch}", {f"epoch{epoch}.{k}": v for k, v in timings.items()}, {"run": spec["run"]})
     provenance.finish(out_dir / "provenance.json", "train_epoch", started, device=device, extra={"epoch": epoch, "phases": timings})
     extra = {"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": metrics}
     key = {"run": spec["run"], "epoch": epoch}

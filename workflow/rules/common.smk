@@ -53,6 +53,7 @@ CODE = {
     for step in ("staging", "pretrain", "cache", "train", "selection", "qualify")
 }
 CODE["report"] = code_digest("report")
+CODE["profiling"] = code_digest("profiling")
 
 
 def names_pattern(names):
@@ -309,8 +310,25 @@ def all_manifests():
 
 
 def profiling_summary(wildcards):
-    """The cache lifecycle summary a profiled run writes (runs.<run>.profiling)."""
+    """The cache lifecycle summary of a profiled run (runs.<run>.profiling)."""
     return run_file(wildcards.run, "profiling/cache_lifecycle_summary.json")
+
+
+def profiled_epochs(run):
+    """The epochs that trace themselves when a run is profiled: 1 and 2."""
+    return [e for e in run_epochs(run) if e <= 2]
+
+
+def profiling_inputs(wildcards):
+    cfg = run_config(wildcards.run)
+    epochs = profiled_epochs(wildcards.run)
+    return {
+        "epochs": [epoch_file(wildcards.run, e, "sentinel.json") for e in epochs],
+        "timings": ancient(
+            [cache_provenance_file(cfg["dataset"], cfg["backbone"])]
+            + [epoch_file(wildcards.run, e, "provenance.json") for e in epochs]
+        ),
+    }
 
 
 def validation_reports(run):

@@ -69,6 +69,29 @@ rule summarize_manifest:
         " --out-dir {params.out_dir} > {log} 2>&1"
 
 
+rule summarize_profiling:
+    input:
+        unpack(profiling_inputs),
+    output:
+        summary=run_file("{run}", "profiling/cache_lifecycle_summary.json"),
+        sentinel=run_file("{run}", "profiling/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/summarize_profiling/{{run}}.log",
+    conda:
+        "../../envs/rffm.yaml"
+    params:
+        code=CODE["profiling"],
+        cache_provenance=lambda wildcards, input: input.timings[0],
+        epoch_dirs=lambda wildcards: " ".join(
+            epoch_file(wildcards.run, e, "").rstrip("/")
+            for e in profiled_epochs(wildcards.run)
+        ),
+        profile_dir=run_file("{run}", "profiling"),
+    shell:
+        "rffm profile-summary --run {wildcards.run} --cache-provenance {params.cache_provenance}"
+        " --epoch-dirs {params.epoch_dirs} --profile-dir {params.profile_dir} > {log} 2>&1"
+
+
 rule plot_cache_lifecycle:
     input:
         summary=profiling_summary,
