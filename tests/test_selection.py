@@ -1,7 +1,8 @@
 import pytest
 
+from rffm.config import selection_options
 from rffm.errors import ConfigError
-from rffm.selection import choose, selection_options
+from rffm.selection import choose
 
 
 def metrics(values):

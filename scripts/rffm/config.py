@@ -9,6 +9,13 @@ import yaml
 from jsonschema import Draft202012Validator
 
 
+def selection_options(run: dict[str, Any]) -> dict[str, str]:
+    """A run's selection metric and mode; without a mode, losses are minimized and everything else maximized."""
+    options = {"metric": "val_accuracy", **run.get("selection", {})}
+    options.setdefault("mode", "min" if options["metric"].endswith("loss") else "max")
+    return options
+
+
 def _where(path) -> str:
     return ".".join(str(part) for part in path) or "(top level)"
 

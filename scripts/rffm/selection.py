@@ -9,18 +9,11 @@ from typing import Any
 import torch
 
 from rffm import provenance
+from rffm.config import selection_options
 from rffm.errors import ConfigError
 from rffm.files import atomic_write_bytes, atomic_write_json, canonical_json, read_json, sha256_bytes
 from rffm.sentinel import file_record, require_intact, upstream, write_sentinel
 
-DEFAULT_SELECTION = {"metric": "val_accuracy"}
-
-
-def selection_options(spec: dict) -> dict:
-    """The run's metric and mode; without a mode, losses are minimized and everything else maximized."""
-    options = selection_options(spec)
-    options.setdefault("mode", "min" if options["metric"].endswith("loss") else "max")
-    return options
 ARTIFACT_DIR = "artifact"
 READ_ONLY = 0o444
 

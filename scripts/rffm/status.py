@@ -17,13 +17,13 @@ from typing import Any
 
 import yaml
 
+from rffm.config import selection_options
 from rffm.errors import ConfigError, IntegrityError
 from rffm.files import read_json
 from rffm.sentinel import SENTINEL_NAME, check_record, read_sentinel, sentinel_problems
 from rffm.verify import link_problems
 
 QUICK_HASH_BYTES = 1 << 20
-DEFAULT_SELECTION = {"metric": "val_accuracy", "mode": "max"}
 
 
 def _sentinel(path: Path) -> dict[str, Any] | None:
@@ -134,7 +134,7 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
     qualification_sentinel = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
     selection = selection_sentinel["selection"] if selection_sentinel else None
     qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
-    rule = {**DEFAULT_SELECTION, **plan.get("selection", {})}
+    rule = selection_options(plan)
     if selection:
         rule = {"metric": selection["metric"], "mode": selection["mode"]}
     scored = [m for m in epochs if rule["metric"] in m]
