@@ -95,6 +95,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_staging(args: argparse.Namespace) -> int:
+    from rffm.bench_staging import main as bench
+
+    return bench(args)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     top = argparse.ArgumentParser(prog="rffm", description=__doc__)
@@ -140,6 +146,14 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")
     sub = command("status", cmd_status, "Show every run's progress and results (reads sentinels only).", spec=False)
     sub.add_argument("results_dir", nargs="?", default="results")
+    bench = commands.add_parser("bench", help="Benchmarks that print measured ratios (not run by the tests).")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
+    sub = benches.add_parser("staging", help=text, description=text)
+    sub.set_defaults(func=cmd_bench_staging)
+    sub.add_argument("--size-gb", type=float, default=1.6, help="size of the large generated file (the small one is 4x smaller)")
+    sub.add_argument("--work-dir", help="where to put the scratch directory (default: the current directory); removed afterwards")
+    sub.add_argument("--keep", action="store_true", help="keep the generated files")
     return top
 
 
