@@ -174,3 +174,29 @@ def test_input_files_name_what_the_workflow_tracks(tmp_path: Path):
         "missing/dir.sigmf-meta",
         "missing/dir.sigmf-data",
     ]
+
+
+def test_example_configs_are_complete_and_valid():
+    import yaml
+
+    from conftest import REPO
+    from rffm import config
+
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    for name in ("radioml2016", "radioml2018", "sigmf", "hdf5"):
+        example = yaml.safe_load((REPO / f"config/examples/{name}.yaml").read_text())
+        assert config.problems(example, schema) == [], name
+        assert {spec["source"] for spec in example["datasets"].values()} == {name}
+
+
+def test_a_source_without_its_options_block_is_one_readable_line():
+    from conftest import REPO, tiny_config
+    from rffm import config
+
+    bad = tiny_config()
+    bad["datasets"]["tiny"]["source"] = "radioml2018"
+    bad["datasets"]["tiny"]["select"] = {"classes": "normal", "max_per_class_snr": 0}
+    problems = config.problems(bad, REPO / "workflow/schemas/config.schema.yaml")
+    assert "datasets.tiny: 'radioml2018' is a required property for source 'radioml2018' (its options block; see README)" in problems
+    assert "datasets.tiny.select.classes: 'normal' is not one of ['rml2018-normal']" in problems
+    assert "datasets.tiny.select.max_per_class_snr: 0 is less than the minimum of 1" in problems

@@ -185,3 +185,10 @@ def test_progress_reports_rate_and_eta(tmp_path: Path, capfd, monkeypatch):
     staging.stage(SPEC, tmp_path)
     err = capfd.readouterr().err
     assert "[stage t] 72/72 ex (100%)" in err and "ex/s" in err and "eta" in err
+
+
+def test_temporary_files_of_a_killed_staging_are_removed(tmp_path: Path):
+    (tmp_path / ".train.h5.abc123.tmp").write_bytes(b"half a split")
+    (tmp_path / "keep.txt").write_text("not ours")
+    staging.stage(SPEC, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", "provenance.json", "sentinel.json", "test.h5", "train.h5", "val.h5"]

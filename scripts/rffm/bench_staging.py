@@ -128,8 +128,9 @@ def stage(source: Path, out_dir: Path, log: Path) -> tuple[float, float, int]:
 
 def run(work_dir: Path, size_bytes: int, report=print) -> dict:
     """Generate, measure and stage; return the results."""
-    large_rows = max(STRATA, size_bytes // ROW_BYTES // STRATA * STRATA)
-    small_rows = max(STRATA, large_rows // 4 // STRATA * STRATA)
+    # at least 5 rows per (class, SNR) in the small file, so each split gets every class
+    large_rows = max(20 * STRATA, size_bytes // ROW_BYTES // (4 * STRATA) * (4 * STRATA))
+    small_rows = large_rows // 4
     files = {"small": work_dir / "small.hdf5", "large": work_dir / "large.hdf5"}
     sizes = {}
     for name, rows in (("small", small_rows), ("large", large_rows)):

@@ -245,6 +245,8 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
         raise ConfigError(f"datasets.{name}.normalize: {how!r} is not one of {', '.join(NORMALIZATIONS)}")
     fractions = check_fractions(spec.get("splits", {}))
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (path for split in SPLITS for path in out_dir.glob(f".{split}.h5.*.tmp")):
+        stale.unlink()  # temporary splits of a staging that was killed
     (out_dir / SENTINEL_NAME).unlink(missing_ok=True)  # nothing may vouch for this directory while it changes
     writers: list[SplitWriter] = []
     with ExitStack() as cleanup:
@@ -252,7 +254,7 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
         cleanup.callback(source.close)
         all_labels, all_snrs = source.index()
         rows, labels, classes = select(spec, source, all_labels, all_snrs)
-        snrs = all_snrs[rows]
+        snrs, total = all_snrs[rows], len(all_labels)
         del all_labels, all_snrs
         index = stratified_split(labels, snrs, fractions, seed)
         check_split_classes(name, classes, labels, index, where(source))
@@ -263,6 +265,8 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
             for split in SPLITS:
                 writers.append(SplitWriter(out_dir / f"{split}.h5", len(index[split]), source.length))
             progress = Progress(f"stage {name}", len(rows), unit="ex")
+            counts = ", ".join(f"{split} {len(index[split])}" for split in SPLITS)
+            progress.note(f"{where(source)}: {len(rows)} of {total} examples selected, {len(classes)} classes; {counts}")
             ids = copy_iq(source, rows, split_of, writers, how, progress)
             progress.close()
             first, repeat = duplicates(ids, split_of)

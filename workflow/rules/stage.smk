@@ -1,13 +1,3 @@
-from rffm.sources import input_files as source_input_files
-
-
-def dataset_source_files(wildcards):
-    """The configured input files of a dataset (none for synthetic): changing one restages it."""
-    return source_input_files(
-        {"name": wildcards.dataset, **config["datasets"][wildcards.dataset]}
-    )
-
-
 rule stage_dataset:
     input:
         source=dataset_source_files,
