@@ -192,3 +192,11 @@ def test_temporary_files_of_a_killed_staging_are_removed(tmp_path: Path):
     (tmp_path / "keep.txt").write_text("not ours")
     staging.stage(SPEC, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", "provenance.json", "sentinel.json", "test.h5", "train.h5", "val.h5"]
+
+
+def test_huge_finite_samples_are_not_mistaken_for_inf(tmp_path: Path):
+    iq = np.random.default_rng(2).standard_normal((16, 2, 8)).astype(np.float32)
+    iq[3] = 3e38  # finite, but its sum overflows float32
+    staging.stage(hdf5_spec(tmp_path, iq, np.arange(16) % 2, ["BPSK", "QPSK"]), tmp_path / "out")
+    stored = np.concatenate([read_split(tmp_path / "out" / f"{n}.h5")["iq"] for n in ("train", "val", "test")])
+    assert (stored == np.float32(3e38)).all(axis=(1, 2)).sum() == 1

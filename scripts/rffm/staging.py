@@ -169,7 +169,10 @@ def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitW
             iq = pending.result()
             if start + step < len(rows):
                 pending = reader.submit(source.read, rows[start + step : start + 2 * step])
-            finite = np.isfinite(iq).all(axis=(1, 2))
+            with np.errstate(over="ignore", invalid="ignore"):
+                finite = np.isfinite(iq.sum(axis=(1, 2)))  # NaN/Inf anywhere makes the sum non-finite
+            if not finite.all():  # ... and so can an overflow: check those rows element by element
+                finite[~finite] = np.isfinite(iq[~finite]).all(axis=(1, 2))
             if bad_count or not finite.all():
                 # the staging will fail: only count, so the message can give the total
                 bad = np.flatnonzero(~finite)
