@@ -167,6 +167,9 @@ def run(work_dir: Path, size_bytes: int, report=print) -> dict:
     bound = results["large"]["mb_per_s"] * 1e6 / min(raw, raw_w)
     report(f"throughput / raw read bandwidth = {fraction:.2f} (target >= 0.5); / min(raw read, raw write) = {bound:.2f}")
     report(f"peak RSS large/small (4x the data) = {ratio:.2f} (target <= 1.2)")
+    cpu_per_gb = results["large"]["cpu_seconds"] / (sizes["large"] / 1e9)
+    ceiling = sizes["large"] / (results["large"]["cpu_seconds"] / (os.cpu_count() or 1))
+    report(f"staging CPU: {cpu_per_gb:.1f} s per GB; with all {os.cpu_count()} cores free it could not exceed {ceiling / 1e6:.0f} MB/s")
     return {
         "benchmark": "staging",
         "raw_read_mb_per_s": round(raw / 1e6, 1),
@@ -177,6 +180,8 @@ def run(work_dir: Path, size_bytes: int, report=print) -> dict:
         "staging": results,
         "throughput_fraction": round(fraction, 3),
         "rss_ratio": round(ratio, 3),
+        "cpu_seconds_per_gb": round(cpu_per_gb, 2),
+        "cpu_bound_ceiling_mb_per_s": round(ceiling / 1e6, 1),
         "targets": {"throughput_fraction": 0.5, "rss_ratio": 1.2},
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
