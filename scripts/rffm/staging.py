@@ -236,10 +236,39 @@ def source_description(spec: dict[str, Any], source) -> dict[str, Any]:
     return description
 
 
+def check_duplicates(spec: dict[str, Any], source, rows: np.ndarray, ids: np.ndarray, split_of: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Rows to keep and a summary; identical IQ in two splits is an error unless `duplicates: drop`."""
+    first, repeat = duplicates(ids, split_of)
+    across = split_of[first] != split_of[repeat]
+    mode = spec.get("duplicates", "error")
+    if mode == "error" and across.any():
+        k = int(np.flatnonzero(across)[0])
+        raise DataError(
+            f"{source.locate(int(rows[repeat[k]]))} ({SPLITS[split_of[repeat[k]]]}) has the same IQ as "
+            f"{source.locate(int(rows[first[k]]))} ({SPLITS[split_of[first[k]]]}): {int(across.sum())} example(s) "
+            f"duplicate content across splits (content id {ids[repeat[k]].decode()}), which is leakage. "
+            f"Fix: deduplicate the source, or set datasets.{spec['name']}.duplicates: drop to keep only the first copy of each."
+        )
+    keep = np.ones(len(rows), bool)
+    if mode == "drop":
+        keep[repeat] = False  # every copy after the first, in source order
+    summary = {"mode": mode, "across_splits": int(across.sum()), "within_split": int((~across).sum()), "dropped": int((~keep).sum())}
+    return keep, summary
+
+
+def plan(spec: dict[str, Any], source, fractions: dict[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], dict, int]:
+    """From labels and SNRs only: selected rows, their labels and SNRs, the classes, the split, the source's size."""
+    all_labels, all_snrs = source.index()
+    rows, labels, classes = select(spec, source, all_labels, all_snrs)
+    index = stratified_split(labels, all_snrs[rows], fractions, int(spec["seed"]))
+    check_split_classes(spec["name"], classes, labels, index, where(source))
+    return rows, labels, all_snrs[rows], classes, index, len(all_labels)
+
+
 def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
     """Stage one configured dataset into out_dir/{train,val,test}.h5 plus sentinel."""
     out_dir = Path(out_dir)
-    name, seed = spec["name"], int(spec["seed"])
+    name = spec["name"]
     started = provenance.start()
     if spec.get("source") not in SOURCES:
         raise ConfigError(f"datasets.{name}.source: unknown source {spec.get('source')!r}; known: {', '.join(SOURCES)}")
@@ -255,55 +284,38 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
     with ExitStack() as cleanup:
         source = SOURCES[spec["source"]](spec, out_dir)
         cleanup.callback(source.close)
-        all_labels, all_snrs = source.index()
-        rows, labels, classes = select(spec, source, all_labels, all_snrs)
-        snrs, total = all_snrs[rows], len(all_labels)
-        del all_labels, all_snrs
-        index = stratified_split(labels, snrs, fractions, seed)
-        check_split_classes(name, classes, labels, index, where(source))
+        rows, labels, snrs, classes, index, total = plan(spec, source, fractions)
         split_of = np.empty(len(rows), np.int8)
         for number, split in enumerate(SPLITS):
             split_of[index[split]] = number
         try:
-            for split in SPLITS:
-                writers.append(SplitWriter(out_dir / f"{split}.h5", len(index[split]), source.length))
+            writers += [SplitWriter(out_dir / f"{split}.h5", len(index[split]), source.length) for split in SPLITS]
             progress = Progress(f"stage {name}", len(rows), unit="ex")
             counts = ", ".join(f"{split} {len(index[split])}" for split in SPLITS)
             progress.note(f"{where(source)}: {len(rows)} of {total} examples selected, {len(classes)} classes; {counts}")
             ids = copy_iq(source, rows, split_of, writers, how, progress)
             progress.close()
-            first, repeat = duplicates(ids, split_of)
-            across = split_of[first] != split_of[repeat]
-            mode = spec.get("duplicates", "error")
-            if mode == "error" and across.any():
-                k = int(np.flatnonzero(across)[0])
-                raise DataError(
-                    f"{source.locate(int(rows[repeat[k]]))} ({SPLITS[split_of[repeat[k]]]}) has the same IQ as "
-                    f"{source.locate(int(rows[first[k]]))} ({SPLITS[split_of[first[k]]]}): {int(across.sum())} example(s) "
-                    f"duplicate content across splits (content id {ids[repeat[k]].decode()}), which is leakage. "
-                    f"Fix: deduplicate the source, or set datasets.{name}.duplicates: drop to keep only the first copy of each."
-                )
-            keep = np.ones(len(rows), bool)
-            if mode == "drop" and len(repeat):
-                keep[repeat] = False
+            keep, duplicate_summary = check_duplicates(spec, source, rows, ids, split_of)
+            if not keep.all():
                 for number, split in enumerate(SPLITS):
                     if not keep[index[split]].all():
                         writers[number] = compact(writers[number], keep[index[split]], source.length)
                     index[split] = index[split][keep[index[split]]]
                 check_split_classes(name, classes, labels, index, where(source))
-                progress.note(f"dropped {len(repeat)} duplicate example(s), kept the first copy of each")
-            description = source_description(spec, source)
-            for number, split in enumerate(SPLITS):
-                attrs = {
-                    "classes": classes,
-                    "sample_rate": float(spec.get("sample_rate", source.sample_rate)),
-                    "source": description,
-                    "split": split,
-                    "split_seed": seed,
-                    "dataset": name,
-                }
+                progress.note(f"dropped {duplicate_summary['dropped']} duplicate example(s), kept the first copy of each")
+            attrs = {
+                "classes": classes,
+                "sample_rate": float(spec.get("sample_rate", source.sample_rate)),
+                "source": source_description(spec, source),
+            }
+            for writer, split in zip(writers, SPLITS, strict=True):
                 positions = index[split]
-                writers[number].finish(labels[positions], snrs[positions], ids[positions], attrs)
+                writer.finish(
+                    labels[positions],
+                    snrs[positions],
+                    ids[positions],
+                    {**attrs, "split": split, "split_seed": int(spec["seed"]), "dataset": name},
+                )
             for writer in writers:
                 writer.commit()
         except BaseException:
@@ -313,21 +325,9 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
                     writer.path.unlink(missing_ok=True)
             raise
     with ThreadPoolExecutor(len(SPLITS)) as pool:  # hashing releases the GIL: the three files in parallel
-        outputs = dict(
-            zip([f"{split}.h5" for split in SPLITS], pool.map(file_record, [out_dir / f"{split}.h5" for split in SPLITS]), strict=True)
-        )
-    extra = {
-        "dataset": {
-            "name": name,
-            "source": spec["source"],
-            "classes": classes,
-            "counts": {split: int(len(index[split])) for split in SPLITS},
-            "duplicates": {
-                "mode": mode,
-                "dropped": int((~keep).sum()),
-                "within_split": int((~across).sum()) if mode == "error" else 0,
-            },
-        }
-    }
+        records = pool.map(file_record, [out_dir / f"{split}.h5" for split in SPLITS])
+        outputs = dict(zip([f"{split}.h5" for split in SPLITS], records, strict=True))
+    counts = {split: int(len(index[split])) for split in SPLITS}
+    extra = {"dataset": {"name": name, "source": spec["source"], "classes": classes, "counts": counts, "duplicates": duplicate_summary}}
     provenance.finish(out_dir / "provenance.json", "stage_dataset", started)
     return write_sentinel(out_dir, "stage_dataset", {"dataset": name}, outputs, {}, spec, "staging", extra)
