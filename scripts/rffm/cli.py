@@ -202,6 +202,12 @@ def cmd_bench_cache(args: argparse.Namespace) -> int:
     return bench(args.samples, args.work_dir, args.threads, args.repeats, args.oom_limit, args.arch, args.device)
 
 
+def cmd_bench_staging(args: argparse.Namespace) -> int:
+    from rffm.bench_staging import main as bench
+
+    return bench(args)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     top = argparse.ArgumentParser(prog="rffm", description=__doc__)
@@ -301,6 +307,12 @@ def parser() -> argparse.ArgumentParser:
         "(default: config/config.yaml when its `results` is RESULTS_DIR)",
     )
     sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
+    text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
+    sub = benches.add_parser("staging", help=text, description=text)
+    sub.set_defaults(func=cmd_bench_staging)
+    sub.add_argument("--size-gb", type=float, default=1.6, help="size of the large generated file (the small one is 4x smaller)")
+    sub.add_argument("--work-dir", help="where to put the scratch directory (default: the current directory); removed afterwards")
+    sub.add_argument("--keep", action="store_true", help="keep the generated files")
     return top
 
 

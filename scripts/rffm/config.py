@@ -26,6 +26,8 @@ def _describe(error) -> str:
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         known = ", ".join(sorted(error.schema.get("properties", {})))
         return f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed here: {known}"
+    if error.validator == "required" and "then" in error.schema_path and isinstance(error.instance, dict):
+        return f"{where}: {error.message} for source {error.instance.get('source')!r} (its options block; see README)"
     if error.validator == "required":
         return f"{where}: {error.message}"
     if "propertyNames" in error.schema_path:

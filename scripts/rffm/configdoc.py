@@ -38,6 +38,8 @@ def describe_type(node: dict[str, Any]) -> str:
     if "enum" in node:
         return "one of " + ", ".join(_code(v) for v in node["enum"])
     kind = node.get("type", "any")
+    if isinstance(kind, list):
+        kind = " or ".join(kind)
     bounds = []
     for key, symbol in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
         if key in node:

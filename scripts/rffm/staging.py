@@ -1,69 +1,45 @@
-"""Dataset staging: a configured source -> canonical, stratified, leakage-checked HDF5 splits."""
+"""Dataset staging: a configured source streamed into canonical, stratified, leakage-checked HDF5 splits.
+
+The order of work bounds memory by a block of IQ, whatever the source's size:
+  1. open the source and read its index (labels and SNRs only, no IQ);
+  2. select rows (class subset, SNR range, cap per (class, SNR)) and split them, stratified by
+     (class, SNR) and deterministic from the seed;
+  3. one pass over the selected rows in source order, block by block (the next block is read in a
+     background thread): check finite, normalise, hash, append to the split's temporary file;
+  4. check duplicates across splits (error, or drop the later copies), write the per-row columns and
+     attributes, rename the three files into place, then write provenance and the sentinel.
+Any failure deletes the temporary files, so a failed staging leaves no sentinel and no split.
+"""
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rffm import provenance, synthetic
-from rffm.dataset import SPLITS, content_ids, write_split
+from rffm import provenance
+from rffm.dataset import SPLITS, SplitWriter, content_ids
 from rffm.errors import ConfigError, DataError
 from rffm.progress import Progress
-from rffm.sentinel import file_record, write_sentinel
+from rffm.radioml import Rml2016Source, Rml2018Source
+from rffm.sentinel import SENTINEL_NAME, file_record, write_sentinel
+from rffm.sigmf_source import SigmfSource
+from rffm.sources import PRESETS, Hdf5Source, SyntheticSource, block_rows, canonical_class
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
-
-
-def synthetic_spec(options: dict[str, Any]) -> synthetic.SyntheticSpec:
-    """Build the generator spec from a dataset's `synthetic:` block."""
-    grid = options.get("snr_db", {"min": -20, "max": 18, "step": 2})
-    snrs = list(np.arange(grid["min"], grid["max"] + grid["step"] / 2, grid["step"]).round(6).tolist())
-    return synthetic.SyntheticSpec(
-        classes=list(options.get("classes", synthetic.CLASSES)),
-        snr_db=snrs,
-        examples_per_class_snr=int(options.get("examples_per_class_snr", 100)),
-        length=int(options.get("length", 128)),
-        sps=int(options.get("sps", 8)),
-        impairments=synthetic.Impairments(**options.get("impairments", {})),
-    )
-
-
-def load_synthetic(spec: dict[str, Any]) -> dict[str, Any]:
-    """Generate the embedded synthetic source."""
-    gen = synthetic_spec(spec.get("synthetic", {}))
-    total = len(gen.classes) * len(gen.snr_db) * gen.examples_per_class_snr
-    progress = Progress(f"stage_dataset {spec['name']}", total=total, unit="example")
-    iq, labels, snr = synthetic.generate(gen, int(spec["seed"]), progress=progress.update)
-    progress.close()
-    return {
-        "iq": iq,
-        "label": labels,
-        "snr_db": snr,
-        "classes": gen.classes,
-        "sample_rate": float(spec.get("sample_rate", 1.0)),
-        "source": {"kind": "synthetic", "generator": "rffm.synthetic", **spec.get("synthetic", {})},
-    }
-
-
-SOURCES = {"synthetic": load_synthetic}
-
-
-def stratified_split(labels: np.ndarray, snr_db: np.ndarray, fractions: dict[str, float], seed: int) -> dict[str, np.ndarray]:
-    """Sorted row indices per split, stratified by (class, SNR) and deterministic from the seed."""
-    rng = np.random.default_rng([seed, 1])
-    strata = np.stack([labels.astype(np.float64), np.nan_to_num(snr_db.astype(np.float64), nan=-1e9)], axis=1)
-    keys, inverse = np.unique(strata, axis=0, return_inverse=True)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
-    for stratum in range(len(keys)):
-        rows = rng.permutation(np.flatnonzero(inverse.ravel() == stratum))
-        n_test = int(round(len(rows) * fractions["test"]))
-        n_val = int(round(len(rows) * fractions["val"]))
-        parts["test"].append(rows[:n_test])
-        parts["val"].append(rows[n_test : n_test + n_val])
-        parts["train"].append(rows[n_test + n_val :])
-    return {name: np.sort(np.concatenate(parts[name])).astype(np.int64) for name in SPLITS}
+SOURCES = {
+    "synthetic": SyntheticSource,
+    "radioml2016": Rml2016Source,
+    "radioml2018": Rml2018Source,
+    "sigmf": SigmfSource,
+    "hdf5": Hdf5Source,
+}
+NORMALIZATIONS = ("none", "rms", "peak")
+WRITES_IN_FLIGHT = 2
 
 
 def check_fractions(fractions: dict[str, float]) -> dict[str, float]:
@@ -74,58 +50,284 @@ def check_fractions(fractions: dict[str, float]) -> dict[str, float]:
     return fractions
 
 
-def check_splits(name: str, classes: list[str], labels: np.ndarray, index: dict[str, np.ndarray], ids: np.ndarray) -> None:
-    """Every class in every split, and no IQ content shared between splits."""
+def where(source) -> str:
+    """The file(s) a source reads, for messages."""
+    if hasattr(source, "metas"):
+        return ", ".join(map(str, source.metas))
+    return str(getattr(source, "path", "the synthetic source"))
+
+
+def select(spec: dict[str, Any], source, labels: np.ndarray, snrs: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Selected source rows (sorted), their labels in the selected class order, and that class list."""
+    options, name = spec.get("select", {}), spec["name"]
+    wanted = options.get("classes")
+    if wanted is None:
+        order = list(range(len(source.classes)))
+    else:
+        order = []
+        for requested in PRESETS[wanted] if isinstance(wanted, str) else wanted:
+            canonical = canonical_class(requested, spec.get("class_map"))
+            if canonical not in source.classes:
+                raise ConfigError(
+                    f"datasets.{name}.select.classes: {requested!r} is not a class of {where(source)} "
+                    f"(its classes: {', '.join(source.classes)}). Fix: select classes the source has."
+                )
+            order.append(source.classes.index(canonical))
+    remap = np.full(len(source.classes), -1, np.int64)
+    remap[order] = np.arange(len(order))
+    mapped = remap[labels]
+    keep = mapped >= 0
+    snr_range = options.get("snr_db", {})
+    if "min" in snr_range:
+        keep &= snrs >= snr_range["min"]  # NaN (unknown SNR) fails both comparisons: dropped when a range is set
+    if "max" in snr_range:
+        keep &= snrs <= snr_range["max"]
+    rows = np.flatnonzero(keep)
+    if "max_per_class_snr" in options:
+        rows = cap_per_stratum(rows, mapped[rows], snrs[rows], int(options["max_per_class_snr"]), int(spec["seed"]))
+    classes = [source.classes[i] for i in order]
+    counts = np.bincount(mapped[rows], minlength=len(classes))
+    empty = [classes[i] for i in np.flatnonzero(counts == 0)]
+    if empty:
+        within = f" with SNR in [{snr_range.get('min', '-inf')}, {snr_range.get('max', 'inf')}] dB" if snr_range else ""
+        raise DataError(
+            f"{where(source)}: class(es) {', '.join(empty)} have no examples{within}. "
+            f"Fix: leave them out with datasets.{name}.select.classes, or widen datasets.{name}.select.snr_db."
+        )
+    return rows, mapped[rows], classes
+
+
+def cap_per_stratum(rows: np.ndarray, labels: np.ndarray, snrs: np.ndarray, cap: int, seed: int) -> np.ndarray:
+    """At most `cap` rows per (class, SNR), a seeded random choice, returned sorted."""
+    _, stratum = np.unique(
+        np.stack([labels.astype(np.float64), np.nan_to_num(snrs.astype(np.float64), nan=-1e9)], 1), axis=0, return_inverse=True
+    )
+    stratum = stratum.ravel()
+    order = np.lexsort((np.random.default_rng([seed, 2]).random(len(rows)), stratum))
+    first = np.searchsorted(stratum[order], stratum[order], side="left")
+    return np.sort(rows[order[np.arange(len(order)) - first < cap]])
+
+
+def stratified_split(labels: np.ndarray, snr_db: np.ndarray, fractions: dict[str, float], seed: int) -> dict[str, np.ndarray]:
+    """Sorted row indices per split, stratified by (class, SNR) and deterministic from the seed."""
+    rng = np.random.default_rng([seed, 1])
+    strata = np.stack([labels.astype(np.float64), np.nan_to_num(snr_db.astype(np.float64), nan=-1e9)], axis=1)
+    keys, inverse = np.unique(strata, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    # rows of each stratum in ascending order (a stable sort), one permutation per stratum in key order
+    by_stratum = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(inverse, minlength=len(keys)))])
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
+    for stratum in range(len(keys)):
+        rows = rng.permutation(by_stratum[bounds[stratum] : bounds[stratum + 1]])
+        n_test = int(round(len(rows) * fractions["test"]))
+        n_val = int(round(len(rows) * fractions["val"]))
+        parts["test"].append(rows[:n_test])
+        parts["val"].append(rows[n_test : n_test + n_val])
+        parts["train"].append(rows[n_test + n_val :])
+    return {name: np.sort(np.concatenate(parts[name])).astype(np.int64) for name in SPLITS}
+
+
+def check_split_classes(name: str, classes: list[str], labels: np.ndarray, index: dict[str, np.ndarray], origin: str) -> None:
+    """Every class in every split."""
     for split, rows in index.items():
         missing = sorted(set(range(len(classes))) - set(np.unique(labels[rows]).tolist()))
         if missing:
             raise DataError(
-                f"dataset {name!r}: split {split!r} has no examples of {[classes[i] for i in missing]}; "
+                f"{origin}: dataset {name!r}: split {split!r} has no examples of {[classes[i] for i in missing]}; "
                 f"the source is too small for the requested split fractions. Fix: add examples or change datasets.{name}.splits."
             )
-    seen: dict[bytes, str] = {}
-    for split, rows in index.items():
-        for content in ids[rows]:
-            other = seen.setdefault(bytes(content), split)
-            if other != split:
-                raise DataError(
-                    f"dataset {name!r}: content id {content.decode()} occurs in both {other!r} and {split!r} "
-                    "(duplicate IQ across splits is leakage). Fix: deduplicate the source."
-                )
+
+
+def normalise(iq: np.ndarray, how: str) -> np.ndarray:
+    """Per-example scaling: none, rms (mean |z|^2 = 1, like the synthetic source) or peak (max |z| = 1)."""
+    if how == "none":
+        return iq
+    power = iq.astype(np.float64) ** 2
+    if how == "rms":
+        scale = np.sqrt(power.sum(axis=1).mean(axis=1))
+    else:
+        scale = np.sqrt(power.sum(axis=1).max(axis=1))
+    return (iq / np.maximum(scale, 1e-30)[:, None, None]).astype(np.float32)  # all-zero examples stay zero
+
+
+def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitWriter], how: str, progress: Progress) -> np.ndarray:
+    """Stream the selected rows into the split writers; return each row's content id.
+
+    Three stages overlap: a reader thread fetches block k+1 (preadv, no GIL), this thread checks,
+    normalises and hashes block k (hashlib releases the GIL, so two threads share it), and a writer
+    thread appends block k-1 to the split files. At most WRITES_IN_FLIGHT blocks wait to be written,
+    so memory stays a few blocks whatever the source's size.
+    """
+    ids = np.empty(len(rows), "S32")
+    step = block_rows(source.length)
+    bad_count, first_bad = 0, None
+    in_flight: deque = deque()
+    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(2) as hasher, ThreadPoolExecutor(1) as writer:
+        pending = reader.submit(source.read, rows[:step]) if len(rows) else None
+        for start in range(0, len(rows), step):
+            iq = pending.result()
+            if start + step < len(rows):
+                pending = reader.submit(source.read, rows[start + step : start + 2 * step])
+            with np.errstate(over="ignore", invalid="ignore"):
+                finite = np.isfinite(iq.sum(axis=(1, 2)))  # NaN/Inf anywhere makes the sum non-finite
+            if not finite.all():  # ... and so can an overflow: check those rows element by element
+                finite[~finite] = np.isfinite(iq[~finite]).all(axis=(1, 2))
+            if bad_count or not finite.all():
+                # the staging will fail: only count, so the message can give the total
+                bad = np.flatnonzero(~finite)
+                if first_bad is None:
+                    first_bad = int(rows[start + bad[0]])
+                bad_count += len(bad)
+                progress.update(len(iq))
+                continue
+            iq = normalise(iq, how)
+            half = (len(iq) + 1) // 2
+            ids[start : start + len(iq)] = np.concatenate(list(hasher.map(content_ids, (iq[:half], iq[half:]))))
+            assigned = split_of[start : start + len(iq)]
+            parts = [iq[assigned == number] for number in range(len(writers))]
+            in_flight.append(writer.submit(lambda parts=parts: [w.append(part) for w, part in zip(writers, parts, strict=True)]))
+            while len(in_flight) > WRITES_IN_FLIGHT:
+                in_flight.popleft().result()
+            progress.update(len(iq))
+        while in_flight:
+            in_flight.popleft().result()
+    if bad_count:
+        raise DataError(
+            f"{source.locate(first_bad)}: NaN or Inf samples in {bad_count} selected example(s) (this is the first). "
+            "Fix: repair or remove those examples in the source (or leave them out with the select options)."
+        )
+    return ids
+
+
+def duplicates(ids: np.ndarray, split_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every repeated content: (position of its first copy, position of the repeat), repeats in order."""
+    order = np.argsort(ids, kind="stable")  # stable: the first copy of each content comes first
+    ordered = ids[order]
+    first_of_group = np.concatenate([[True], ordered[1:] != ordered[:-1]]) if len(ids) else np.zeros(0, bool)
+    group_first = order[first_of_group][np.cumsum(first_of_group) - 1]
+    repeats = ~first_of_group
+    pairs = np.stack([group_first[repeats], order[repeats]], 1)
+    return pairs[np.argsort(pairs[:, 1], kind="stable")].T if len(pairs) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def compact(writer: SplitWriter, keep: np.ndarray, length: int) -> SplitWriter:
+    """A new writer holding only the kept rows of `writer` (copied block by block); the old one is discarded."""
+    kept = np.flatnonzero(keep)
+    fresh = SplitWriter(writer.path, len(kept), length)
+    try:
+        step = block_rows(length)
+        for start in range(0, len(kept), step):
+            block = kept[start : start + step]  # dense: read the covering range, then pick
+            fresh.append(writer.iq[block[0] : block[-1] + 1][block - block[0]])
+    except BaseException:
+        fresh.discard()
+        raise
+    writer.discard()
+    return fresh
+
+
+def source_description(spec: dict[str, Any], source) -> dict[str, Any]:
+    """The `source` attribute: what the source says about itself plus any selection options used."""
+    description = dict(source.description)
+    for key in ("select", "class_map", "normalize", "duplicates"):
+        if key in spec:
+            description[key] = spec[key]
+    return description
+
+
+def check_duplicates(spec: dict[str, Any], source, rows: np.ndarray, ids: np.ndarray, split_of: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Rows to keep and a summary; identical IQ in two splits is an error unless `duplicates: drop`."""
+    first, repeat = duplicates(ids, split_of)
+    across = split_of[first] != split_of[repeat]
+    mode = spec.get("duplicates", "error")
+    if mode == "error" and across.any():
+        k = int(np.flatnonzero(across)[0])
+        raise DataError(
+            f"{source.locate(int(rows[repeat[k]]))} ({SPLITS[split_of[repeat[k]]]}) has the same IQ as "
+            f"{source.locate(int(rows[first[k]]))} ({SPLITS[split_of[first[k]]]}): {int(across.sum())} example(s) "
+            f"duplicate content across splits (content id {ids[repeat[k]].decode()}), which is leakage. "
+            f"Fix: deduplicate the source, or set datasets.{spec['name']}.duplicates: drop to keep only the first copy of each."
+        )
+    keep = np.ones(len(rows), bool)
+    if mode == "drop":
+        keep[repeat] = False  # every copy after the first, in source order
+    summary = {"mode": mode, "across_splits": int(across.sum()), "within_split": int((~across).sum()), "dropped": int((~keep).sum())}
+    return keep, summary
+
+
+def plan(spec: dict[str, Any], source, fractions: dict[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], dict, int]:
+    """From labels and SNRs only: selected rows, their labels and SNRs, the classes, the split, the source's size."""
+    all_labels, all_snrs = source.index()
+    rows, labels, classes = select(spec, source, all_labels, all_snrs)
+    index = stratified_split(labels, all_snrs[rows], fractions, int(spec["seed"]))
+    check_split_classes(spec["name"], classes, labels, index, where(source))
+    return rows, labels, all_snrs[rows], classes, index, len(all_labels)
 
 
 def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
     """Stage one configured dataset into out_dir/{train,val,test}.h5 plus sentinel."""
     out_dir = Path(out_dir)
+    name = spec["name"]
     started = provenance.start()
-    source = spec.get("source")
-    if source not in SOURCES:
-        raise ConfigError(f"datasets.{spec['name']}.source: unknown source {source!r}; known: {', '.join(SOURCES)}")
-    data = SOURCES[source](spec)
+    if spec.get("source") not in SOURCES:
+        raise ConfigError(f"datasets.{name}.source: unknown source {spec.get('source')!r}; known: {', '.join(SOURCES)}")
+    how = spec.get("normalize", "none")
+    if how not in NORMALIZATIONS:
+        raise ConfigError(f"datasets.{name}.normalize: {how!r} is not one of {', '.join(NORMALIZATIONS)}")
     fractions = check_fractions(spec.get("splits", {}))
-    index = stratified_split(data["label"], data["snr_db"], fractions, int(spec["seed"]))
-    ids = content_ids(data["iq"])
-    check_splits(spec["name"], data["classes"], data["label"], index, ids)
-    outputs = {}
-    for split in SPLITS:
-        rows = index[split]
-        attrs = {
-            "classes": data["classes"],
-            "sample_rate": data["sample_rate"],
-            "source": data["source"],
-            "split": split,
-            "split_seed": int(spec["seed"]),
-            "dataset": spec["name"],
-        }
-        write_split(out_dir / f"{split}.h5", data["iq"][rows], data["label"][rows], data["snr_db"][rows], attrs)
-        outputs[f"{split}.h5"] = file_record(out_dir / f"{split}.h5")
-    extra = {
-        "dataset": {
-            "name": spec["name"],
-            "source": source,
-            "classes": data["classes"],
-            "counts": {split: int(len(index[split])) for split in SPLITS},
-        }
-    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (path for split in SPLITS for path in out_dir.glob(f".{split}.h5.*.tmp")):
+        stale.unlink()  # temporary splits of a staging that was killed
+    (out_dir / SENTINEL_NAME).unlink(missing_ok=True)  # nothing may vouch for this directory while it changes
+    writers: list[SplitWriter] = []
+    with ExitStack() as cleanup:
+        source = SOURCES[spec["source"]](spec, out_dir)
+        cleanup.callback(source.close)
+        rows, labels, snrs, classes, index, total = plan(spec, source, fractions)
+        split_of = np.empty(len(rows), np.int8)
+        for number, split in enumerate(SPLITS):
+            split_of[index[split]] = number
+        try:
+            writers += [SplitWriter(out_dir / f"{split}.h5", len(index[split]), source.length) for split in SPLITS]
+            progress = Progress(f"stage {name}", len(rows), unit="ex")
+            counts = ", ".join(f"{split} {len(index[split])}" for split in SPLITS)
+            progress.note(f"{where(source)}: {len(rows)} of {total} examples selected, {len(classes)} classes; {counts}")
+            ids = copy_iq(source, rows, split_of, writers, how, progress)
+            progress.close()
+            keep, duplicate_summary = check_duplicates(spec, source, rows, ids, split_of)
+            if not keep.all():
+                for number, split in enumerate(SPLITS):
+                    if not keep[index[split]].all():
+                        writers[number] = compact(writers[number], keep[index[split]], source.length)
+                    index[split] = index[split][keep[index[split]]]
+                check_split_classes(name, classes, labels, index, where(source))
+                progress.note(f"dropped {duplicate_summary['dropped']} duplicate example(s), kept the first copy of each")
+            attrs = {
+                "classes": classes,
+                "sample_rate": float(spec.get("sample_rate", source.sample_rate)),
+                "source": source_description(spec, source),
+            }
+            for writer, split in zip(writers, SPLITS, strict=True):
+                positions = index[split]
+                writer.finish(
+                    labels[positions],
+                    snrs[positions],
+                    ids[positions],
+                    {**attrs, "split": split, "split_seed": int(spec["seed"]), "dataset": name},
+                )
+            for writer in writers:
+                writer.commit()
+        except BaseException:
+            for writer in writers:
+                writer.discard()
+                if writer.committed:  # a later rename failed: take back the earlier ones
+                    writer.path.unlink(missing_ok=True)
+            raise
+    with ThreadPoolExecutor(len(SPLITS)) as pool:  # hashing releases the GIL: the three files in parallel
+        records = pool.map(file_record, [out_dir / f"{split}.h5" for split in SPLITS])
+        outputs = dict(zip([f"{split}.h5" for split in SPLITS], records, strict=True))
+    counts = {split: int(len(index[split])) for split in SPLITS}
+    extra = {"dataset": {"name": name, "source": spec["source"], "classes": classes, "counts": counts, "duplicates": duplicate_summary}}
     provenance.finish(out_dir / "provenance.json", "stage_dataset", started)
-    return write_sentinel(out_dir, "stage_dataset", {"dataset": spec["name"]}, outputs, {}, spec, "staging", extra)
+    return write_sentinel(out_dir, "stage_dataset", {"dataset": name}, outputs, {}, spec, "staging", extra)

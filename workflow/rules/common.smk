@@ -11,6 +11,7 @@ from snakemake.utils import validate
 from rffm import config as rffm_config
 from rffm.locks import clear_stale_lock
 from rffm.sentinel import code_digest
+from rffm.sources import input_files as source_input_files
 
 config_problems = rffm_config.problems(
     config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
@@ -135,6 +136,13 @@ def run_spec(wildcards):
 
 
 # ---- input functions ----
+
+
+def dataset_source_files(wildcards):
+    """The configured input files of a dataset (none for synthetic): new content restages it."""
+    return source_input_files(
+        {"name": wildcards.dataset, **config["datasets"][wildcards.dataset]}
+    )
 
 
 def backbone_inputs(wildcards):

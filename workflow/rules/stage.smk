@@ -1,4 +1,6 @@
 rule stage_dataset:
+    input:
+        source=dataset_source_files,
     output:
         splits=expand(dataset_file("{{dataset}}", "{split}.h5"), split=SPLITS),
         provenance=dataset_file("{dataset}", "provenance.json"),
