@@ -186,7 +186,7 @@ def test_progress_reports_rate_and_eta(tmp_path: Path, capfd, monkeypatch):
     monkeypatch.setenv("RFFM_PLAIN_PROGRESS", "1")
     staging.stage(SPEC, tmp_path)
     err = capfd.readouterr().err
-    assert "[stage t] 72/72 ex (100%)" in err and "ex/s" in err and "eta" in err
+    assert "[stage_dataset t] 72/72 example (100%)" in err and "example/s" in err and "eta" in err
 
 
 def test_temporary_files_of_a_killed_staging_are_removed(tmp_path: Path):

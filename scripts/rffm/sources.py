@@ -196,6 +196,8 @@ def read_column(dataset: h5py.Dataset, rows_per_block: int = 1 << 16):
 class SyntheticSource:
     """The embedded generator, one (class, SNR) stratum at a time (same streams as synthetic.generate)."""
 
+    max_block_rows = 1024  # generation is CPU-bound: small blocks keep the progress lines coming
+
     def __init__(self, spec: dict[str, Any], scratch: Path):
         options = spec.get("synthetic", {})
         grid = options.get("snr_db", {"min": -20, "max": 18, "step": 2})

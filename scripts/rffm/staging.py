@@ -160,7 +160,7 @@ def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitW
     so memory stays a few blocks whatever the source's size.
     """
     ids = np.empty(len(rows), "S32")
-    step = block_rows(source.length)
+    step = min(block_rows(source.length), getattr(source, "max_block_rows", len(rows) or 1))
     bad_count, first_bad = 0, None
     in_flight: deque = deque()
     with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(2) as hasher, ThreadPoolExecutor(1) as writer:
@@ -290,7 +290,7 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
             split_of[index[split]] = number
         try:
             writers += [SplitWriter(out_dir / f"{split}.h5", len(index[split]), source.length) for split in SPLITS]
-            progress = Progress(f"stage {name}", len(rows), unit="ex")
+            progress = Progress(f"stage_dataset {name}", len(rows), unit="example")
             counts = ", ".join(f"{split} {len(index[split])}" for split in SPLITS)
             progress.note(f"{where(source)}: {len(rows)} of {total} examples selected, {len(classes)} classes; {counts}")
             ids = copy_iq(source, rows, split_of, writers, how, progress)
