@@ -81,7 +81,7 @@ def qualify(
     plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{spec['run']}: normalized confusion (test)")
     steps = manifest.collect_steps(dataset_dir, backbone_dir, cache_provenance, epoch_dirs, selection_dir)
     steps["qualify"] = provenance.finish(out_dir / "provenance.json", "qualify", started, extra={"recalled_from_ledger": reused})
-    body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps)
+    body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps, out_dir.parent)
     atomic_write_json(out_dir / "run_manifest.json", body)
     outputs = {name: file_record(out_dir / name) for name in OUTPUTS}
     inputs = {
