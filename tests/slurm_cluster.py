@@ -24,6 +24,7 @@ MARKER = "# written by rffm tests/slurm_cluster.py"
 LOCK_FILE = Path(tempfile.gettempdir()) / "rffm-slurm-test.lock"
 COMMANDS = ("munged", "mungekey", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "srun", "scontrol", "sinfo", "scancel")
 PACKAGES = "slurmctld slurmd slurm-client munge"
+LOCK_TIMEOUT = 600
 MIN_MEMORY_MB = 65536  # declared node memory (config_overrides): profiles/slurm asks up to 32 GB per job
 
 
@@ -84,6 +85,13 @@ class LocalSlurm:
         self.written: list[Path] = []
         self.lock = None
 
+    def _locked(self) -> bool:
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     def log(self, name: str) -> Path:
         return self.root / f"{name}.log"
 
@@ -136,7 +144,7 @@ PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
     def start(self) -> LocalSlurm:
         """Write the configuration, start the three daemons and wait until the node is idle."""
         self.lock = open(LOCK_FILE, "w")
-        fcntl.flock(self.lock, fcntl.LOCK_EX)  # one test cluster per machine at a time
+        _wait(f"{LOCK_FILE} (another test cluster runs)", self._locked, LOCK_TIMEOUT, [])  # one cluster per machine at a time
         for name in ("ctld", "slurmd"):
             (self.root / name).mkdir()
         key = self.root / "munge.key"
@@ -197,7 +205,11 @@ PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
                 self.lock.close()
 
     def __enter__(self) -> LocalSlurm:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # a half-started cluster is stopped too
+            raise
 
     def __exit__(self, *exc) -> None:
         self.stop()

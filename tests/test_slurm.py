@@ -73,6 +73,7 @@ def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, fini
         assert step["executor"] == "slurm" and step["job_id"] in jobs, (rule, step)
         partition = "gpu" if rule in GPU_RULES else "cpu"
         assert step["provider"]["SLURM_JOB_PARTITION"] == partition, (rule, step["provider"])
+        assert step["provider"]["SLURM_JOB_NODELIST"] == "localhost" and step["provider"]["SLURM_CLUSTER_NAME"] == "rffmtest"
     epochs = steps["train_epoch"]["jobs"]
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
     # the cache build and the epochs ran as one group job on one node; every other step as its own job
