@@ -73,8 +73,12 @@ def cmd_build_cache(args: argparse.Namespace) -> None:
 
 def cmd_train_epoch(args: argparse.Namespace) -> None:
     _torch_setup(args.threads)
+    from rffm import checkpoints
     from rffm.train import run_epoch
 
+    store = checkpoints.store_from_env()  # set by `rffm posttrain` from AIP_CHECKPOINT_DIR
+    if store and checkpoints.restore(store, args.spec, args.cache_dir, args.epoch, args.previous_dir, args.out_dir):
+        return
     run_epoch(
         args.spec,
         args.cache_dir,
@@ -85,6 +89,8 @@ def cmd_train_epoch(args: argparse.Namespace) -> None:
         profile_dir=(args.profile_dir or [None])[0],
         profile_batches=args.profile_batches,
     )
+    if store:
+        checkpoints.mirror(args.out_dir, store, args.spec["run"], args.epoch)
 
 
 def cmd_select(args: argparse.Namespace) -> None:
@@ -163,6 +169,12 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
         return 0
     print(configdoc.render(schema), end="")
     return 0
+
+
+def cmd_posttrain(args: argparse.Namespace) -> int:
+    from rffm.posttrain import posttrain
+
+    return posttrain(args.config, args.hidden_state_cache_directory, args.procedure, args.directory, args.cores, args.snakefile)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -283,6 +295,19 @@ def parser() -> argparse.ArgumentParser:
     for flag in ("--run", "--cache-provenance", "--profile-dir"):
         sub.add_argument(flag, required=True)
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    sub = command(
+        "posttrain",
+        cmd_posttrain,
+        "Run the whole workflow in this process (Snakemake API, local executor), for single-job launchers "
+        "(a Cloud Batch job, a Vertex AI custom job); honours AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR.",
+        spec=False,
+    )
+    sub.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge several); replaces config/config.yaml")
+    sub.add_argument("--hidden-state-cache-directory", required=True, help="local scratch directory for the hidden-state cache")
+    sub.add_argument("--procedure", choices=["validation_selection", "final_qualification"], default="final_qualification")
+    sub.add_argument("--directory", default=".", help="working directory: results (relative paths), .snakemake state (default: .)")
+    sub.add_argument("--cores", type=int, help="CPU cores for the local executor (default: all)")
+    sub.add_argument("--snakefile", help="workflow Snakefile (default: RFFM_SNAKEFILE, else workflow/Snakefile of this checkout)")
     sub = command("verify", cmd_verify, "Re-check every sentinel and upstream link under a results tree.", spec=False)
     sub.add_argument("results_dir")
     sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")

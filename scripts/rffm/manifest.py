@@ -8,10 +8,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rffm import launch
+from rffm.errors import IntegrityError
 from rffm.files import read_json, sha256_file
 
 SCHEMA_VERSION = 1
 PROCEDURE = "final_qualification"
+# Per-step provenance the manifest reports (executor-agnostic; `provider` holds the provider's own facts).
+STEP_KEYS = ("executor", "job_id", "host", "device", "gpus", "image", "provider")
 
 
 def _provenance(path: Path) -> dict[str, Any]:
@@ -60,11 +64,14 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def launch_profile(path: str | Path | None) -> dict[str, Any]:
-    """Path and sha256 of the launch profile recorded for this run, if any."""
-    if path is None or not Path(path).exists():
-        return {"path": None, "sha256": None}
-    return {"path": str(path), "sha256": sha256_file(path)}
+def launch_profile(run_dir: str | Path | None = None) -> dict[str, Any]:
+    """Path and sha256 of the profile file of the launch that ran this step (rffm.launch), checked against the run's record."""
+    record = launch.current()
+    if run_dir is not None and record.get("record"):
+        kept = Path(run_dir) / record["record"]
+        if kept.exists() and sha256_file(kept) != record["sha256"]:
+            raise IntegrityError(f"{kept}: sha256 differs from the launch profile of this launch ({record['path']}, {record['sha256']})")
+    return record
 
 
 def build(
@@ -75,6 +82,7 @@ def build(
     selection: dict[str, Any],
     metrics: dict[str, Any],
     steps: dict[str, Any],
+    run_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Assemble the manifest (SPEC section 5 keys)."""
     from rffm.files import sha256_json
@@ -125,14 +133,10 @@ def build(
             "versions": versions(),
             "device": steps.get("qualify", {}).get("device"),
             "steps": {
-                rule: {key: record.get(key) for key in ("executor", "job_id", "host", "device", "image")}
-                | (
-                    {"jobs": [{k: j.get(k) for k in ("epoch", "executor", "job_id", "host", "device", "image")} for j in record["jobs"]]}
-                    if "jobs" in record
-                    else {}
-                )
+                rule: {key: record.get(key) for key in STEP_KEYS}
+                | ({"jobs": [{k: j.get(k) for k in ("epoch", *STEP_KEYS)} for j in record["jobs"]]} if "jobs" in record else {})
                 for rule, record in steps.items()
             },
-            "launch_profile": launch_profile(spec.get("launch_profile")),
+            "launch_profile": launch_profile(run_dir),
         },
     }

@@ -119,7 +119,7 @@ def qualify(
     steps["qualify"] = provenance.finish(
         out_dir / "provenance.json", "qualify", started, device=device, extra={"recalled_from_ledger": reused, "batch_stats": batch_stats}
     )
-    body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps)
+    body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps, out_dir.parent)
     atomic_write_json(out_dir / "run_manifest.json", body)
     outputs = {name: file_record(out_dir / name) for name in OUTPUTS if name != "run_manifest.json"}
     # the manifest's provenance names hosts and times; the sentinel vouches for the rest of it

@@ -2,8 +2,11 @@ rule build_cache:
     input:
         unpack(cache_inputs),
     output:
-        files=[cache_file("{dataset}", "{backbone}", name) for name in CACHE_FILES],
-        sentinel=cache_file("{dataset}", "{backbone}", "sentinel.json"),
+        files=[
+            scratch_output(cache_file("{dataset}", "{backbone}", name))
+            for name in CACHE_FILES
+        ],
+        sentinel=scratch_output(cache_file("{dataset}", "{backbone}", "sentinel.json")),
         provenance=cache_provenance_file("{dataset}", "{backbone}"),
     log:
         f"{RESULTS}/logs/build_cache/{{dataset}}__{{backbone}}.log",

@@ -9,6 +9,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from rffm import config as rffm_config
+from rffm import launch as rffm_launch
 from rffm.locks import clear_stale_lock
 from rffm.sentinel import code_digest
 from rffm.sources import input_files as source_input_files
@@ -83,6 +84,14 @@ def backbone_file(backbone, name):
 
 def cache_file(dataset, backbone, name):
     return f"{SCRATCH}/{dataset}__{backbone}/{name}"
+
+
+def scratch_output(path):
+    """A cache output; node-local scratch makes it a temporary file of its group job."""
+    # temp(group_jobs=True): on cluster executors the cache build and its epochs become one group
+    # job (profiles/slurm names the group), the submitting host neither checks nor uploads the
+    # cache, it is deleted once the group's epochs are done, and rebuilt when epochs need it again.
+    return temp(path, group_jobs=True) if config["scratch_node_local"] else path
 
 
 def cache_provenance_file(dataset, backbone):
@@ -361,3 +370,35 @@ def all_validation_reports():
 
 def all_final_reports():
     return [f for run in config["runs"] for f in final_reports(run)]
+
+
+# ---- launch record (SPEC section 6) ----
+
+# Profile files of this launch, recorded create-only in every run's launch/ folder when jobs start.
+LAUNCH_PROFILES = (
+    rffm_launch.profile_files(sys.argv, os.environ, workflow.main_snakefile)
+    if workflow.is_main_process
+    else []
+)
+for launch_run in config["runs"] if LAUNCH_PROFILES else []:
+    for launch_profile in LAUNCH_PROFILES:
+        launch_problem = rffm_launch.check_profile(
+            launch_profile, run_file(launch_run, "launch")
+        )
+        if launch_problem:
+            logger.warning(f"rffm: {launch_problem}")
+
+
+def record_launch():
+    """Record this launch's profile files for every run and pass the record to the jobs."""
+    launch_dirs = [run_file(run, "launch") for run in config["runs"]]
+    try:
+        record = rffm_launch.record_launch(LAUNCH_PROFILES, launch_dirs)
+    except rffm_launch.LaunchProfileChanged as exc:
+        raise WorkflowError(f"rffm: {exc}") from None
+    # jobs inherit it: local jobs as subprocesses, SLURM jobs through sbatch --export=ALL
+    os.environ[rffm_launch.CURRENT_ENV] = json.dumps(record, sort_keys=True)
+
+
+onstart:
+    record_launch()
