@@ -45,8 +45,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Write bytes to a temporary sibling, fsync, then rename over the target."""
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, create_only: bool = False) -> None:
+    """Write bytes to a temporary sibling, fsync, then rename over the target.
+
+    With create_only the file is linked into place instead, and an existing target raises
+    FileExistsError and is left untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -56,7 +60,11 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> None
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if create_only:
+            os.link(tmp, path)
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rffm.errors import RffmError
-from rffm.files import sha256_bytes
+from rffm.files import atomic_write_bytes, sha256_bytes
 
 CURRENT_ENV = "RFFM_LAUNCH_PROFILE"
 OVERRIDE_ENV = "RFFM_PROFILE_FILE"
@@ -99,21 +98,11 @@ def record_name(profile: Path) -> Path:
 
 def _create_only(path: Path, data: bytes) -> bool:
     """Write bytes to a new file atomically; False (and nothing written) when the path already exists."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, READ_ONLY)
-        try:
-            os.link(tmp, path)  # fails instead of replacing an existing file
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        atomic_write_bytes(path, data, mode=READ_ONLY, create_only=True)
+    except FileExistsError:
+        return False
+    return True
 
 
 def check_profile(profile: str | Path, launch_dir: str | Path) -> str | None:
