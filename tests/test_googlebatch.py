@@ -368,26 +368,28 @@ def test_a_transient_error_on_submission_is_retried(executor, executor_workdir, 
     assert result.returncode == 0 and [job["state"] for job in report["jobs"]] == ["SUCCEEDED"], output(result)
 
 
-@pytest.fixture
-def captured(executor_workdir, emulator, tmp_path):
-    """Capture mode: the job `ok` as each executor submits it (spot, boot disk size, local SSD)."""
+@pytest.fixture(scope="module")
+def captured(emulator, tmp_path_factory):
+    """Capture mode, once per executor: the job `ok` as submitted (spot, g2 type, boot disk size, local SSD)."""
+    runs = {}
 
     def capture(executor: str) -> dict:
-        (executor_workdir / "Snakefile").write_text(EXECUTOR_SNAKEFILE + EOF_RULE)
-        bucket = f"rffm-capture-{executor}"
-        extra = {
-            "preemptible-rules": ["ok"],
-            f"{executor}-boot-disk-gb": 100,  # no boot-disk-image: the family must be kept
-            "set-resources": {"ok": {"googlebatch_local_ssd_gb": 375}},
-            "config": {"scratch": "cache"},
-        }
-        profile = executor_profile(executor_workdir, executor, bucket, **extra)
-        result, report = run_fake_batch(
-            executor_workdir, tmp_path / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_MODE": "capture"}
-        )
-        jobs = report["jobs"] + [{"request": r["request"], "job_id": r["job_id"], "rejected": r["problems"]} for r in report["rejected"]]
-        assert len(jobs) == 1, output(result)
-        return {"job": jobs[0], "result": result}
+        if executor not in runs:
+            workdir = tmp_path_factory.mktemp(f"capture-{executor}")
+            (workdir / "Snakefile").write_text(EXECUTOR_SNAKEFILE + EOF_RULE)
+            extra = {
+                "preemptible-rules": ["ok"],
+                f"{executor}-boot-disk-gb": 100,  # no boot-disk-image: the family must be kept
+                "set-resources": {"ok": {"googlebatch_local_ssd_gb": 375, "googlebatch_machine_type": "g2-standard-8"}},
+                "config": {"scratch": "cache"},
+            }
+            profile = executor_profile(workdir, executor, f"rffm-capture-{executor}", **extra)
+            result, report = run_fake_batch(
+                workdir, workdir / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_MODE": "capture"}
+            )
+            assert len(report["jobs"]) == 1, output(result)
+            runs[executor] = {"job": report["jobs"][0], "snakefile": (workdir / "Snakefile").read_text()}
+        return runs[executor]
 
     return capture
 
@@ -396,6 +398,14 @@ def captured(executor_workdir, emulator, tmp_path):
 def test_spot_rules_request_spot_vms(executor, captured):
     """Upstream asks for legacy PREEMPTIBLE VMs."""
     assert instance(captured(executor)["job"])["policy"]["provisioning_model"] == "SPOT"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_gpu_machine_type_gets_the_gpu_driver(executor, captured):
+    """Upstream installs the driver only with the `nvidia_gpu` resource, not for a g2 machine type alone."""
+    job = captured(executor)["job"]
+    assert instance(job)["policy"]["machine_type"] == "g2-standard-8"
+    assert instance(job)["install_gpu_drivers"] is True
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -416,11 +426,11 @@ def test_a_local_ssd_is_attached_and_mounted_at_the_cache_directory(executor, ca
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_the_snakefile_reaches_the_vm_verbatim(executor, captured, executor_workdir):
+def test_the_snakefile_reaches_the_vm_verbatim(executor, captured):
     """Upstream writes it through an unquoted heredoc: $(...) runs on the host, a line EOF cuts it."""
-    job = captured(executor)["job"]
-    written = Path(job["sandbox"]) / "host" / "tmp" / "workdir" / "Snakefile"
-    assert written.read_text() == (executor_workdir / "Snakefile").read_text()
+    run = captured(executor)
+    written = Path(run["job"]["sandbox"]) / "host" / "tmp" / "workdir" / "Snakefile"
+    assert written.read_text() == run["snakefile"]
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -1,5 +1,5 @@
 """The upstream Google Batch executor (snakemake-executor-plugin-googlebatch 0.5.1), overridden where it
-is wrong for rffm (see docs in ../../README.md, "Google Cloud", and research/googlebatch.md):
+is wrong for rffm (README.md, "Google Cloud"; each fix has a test in tests/test_googlebatch.py):
 
 - the worker's exit status is the workflow's: no trailing `pip install` lines, nothing pip-installed;
 - transient API errors while polling (503, DeadlineExceeded, ...) are retried with backoff and never
@@ -9,6 +9,7 @@ is wrong for rffm (see docs in ../../README.md, "Google Cloud", and research/goo
 - a local SSD can be attached and mounted into the container at the hidden-state cache directory;
 - heredocs are quoted (the Snakefile is written verbatim, nothing expands on the VM host);
 - job ids and labels are always valid Batch names;
+- accelerator-optimized machine types (g2, a2, ...) always get the GPU driver installed;
 - only container mode with an image pinned by @sha256 digest is accepted, checked before submission.
 """
 
@@ -33,6 +34,7 @@ WORKDIR = "/tmp/workdir"
 SCRATCH_DEVICE = "rffm-scratch"
 SCRATCH_HOST_MOUNT = "/mnt/disks/rffm-scratch"
 LOCAL_SSD_PARTITION_GB = 375
+GPU_MACHINE_FAMILIES = ("a2-", "a3-", "a4-", "g2-", "g4-")
 # Snakemake exits 1 when the workflow fails: never worth a Batch retry (other codes, e.g. 50001
 # for a preempted VM, are retried up to retry_count).
 WORKFLOW_FAILURE_EXIT_CODES = [1]
@@ -254,6 +256,9 @@ class Executor(GoogleBatchExecutor):
         instance = policy.instances[0]
         if self.is_preemptible(job):
             instance.policy.provisioning_model = batch_v1.AllocationPolicy.ProvisioningModel.SPOT
+        if instance.policy.machine_type.startswith(GPU_MACHINE_FAMILIES):
+            # these types come with their GPUs: upstream installs the driver only for `nvidia_gpu`
+            instance.install_gpu_drivers = True
         size = self.local_ssd_gb(job)
         if size:
             scratch = batch_v1.AllocationPolicy.AttachedDisk(
