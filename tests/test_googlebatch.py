@@ -357,6 +357,19 @@ def test_transient_status_errors_neither_abort_the_run_nor_abandon_the_vm(execut
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_job_whose_status_cannot_be_read_is_deleted_not_abandoned(executor, executor_workdir, emulator, tmp_path):
+    """A non-transient status error (lost permission): the step fails and its VM is deleted."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-denied-{executor}")
+    faults = {"get_job": ["PermissionDenied"]}
+    result, report = run_fake_batch(
+        executor_workdir, tmp_path / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_FAULTS": json.dumps(faults)}
+    )
+    [job] = report["jobs"]
+    assert result.returncode != 0
+    assert job["deleted"] and not job["running_at_exit"], output(result)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_transient_error_on_submission_is_retried(executor, executor_workdir, emulator, tmp_path):
     """Upstream: a 503 from create_job ends the run."""
     profile = executor_profile(executor_workdir, executor, f"rffm-submit-{executor}")
