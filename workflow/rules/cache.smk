@@ -3,10 +3,9 @@ rule build_cache:
         unpack(cache_inputs),
     output:
         files=[
-            scratch_output(cache_file("{dataset}", "{backbone}", name))
-            for name in CACHE_FILES
+            cache_output(cache_file("{dataset}", "{backbone}", n)) for n in CACHE_FILES
         ],
-        sentinel=scratch_output(cache_file("{dataset}", "{backbone}", "sentinel.json")),
+        sentinel=cache_output(cache_file("{dataset}", "{backbone}", "sentinel.json")),
         provenance=cache_provenance_file("{dataset}", "{backbone}"),
     log:
         f"{RESULTS}/logs/build_cache/{{dataset}}__{{backbone}}.log",
@@ -23,9 +22,9 @@ rule build_cache:
         batch_profile=batch_profile_arg,
         device=device_arg,
         headroom=lambda wildcards, resources: config["cache"]["disk_headroom"],
-        dataset_dir=dataset_file("{dataset}", ""),
-        backbone_dir=backbone_file("{backbone}", ""),
-        out_dir=cache_file("{dataset}", "{backbone}", ""),
+        dataset_dir=input_dir("dataset"),
+        backbone_dir=input_dir("backbone"),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm build-cache --batch-size {resources.backbone_batch} {params.batch_profile}"
         " --disk-headroom {params.headroom} {params.full_hash} {params.profiling}"

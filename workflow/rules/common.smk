@@ -74,6 +74,48 @@ wildcard_constraints:
     epoch=r"[1-9][0-9]*",
 
 
+# With a default storage provider (Google Batch: results in a GCS bucket) every file goes through the
+# results store except the hidden-state cache. For the submitting Snakemake the cache files are
+# node-local temp outputs: never expected in the bucket, grouped into one job (one VM) with the epochs
+# that read them, rebuilt when an epoch needs them again. On that VM (remote mode) they are plain
+# local files under `scratch` (the local SSD), which Snakemake never uploads.
+ON_STORAGE = workflow.storage_settings.default_storage_provider is not None
+# SLURM and other shared-filesystem clusters opt in with scratch_node_local (a per-node scratch disk)
+NODE_LOCAL_CACHE = ON_STORAGE or config["scratch_node_local"]
+
+# profiles/gcp-batch reads the bucket from the environment: name a missing variable before any path
+# is resolved against the storage prefix.
+if "$" in (workflow.storage_settings.default_storage_prefix or ""):
+    raise WorkflowError(
+        f"default-storage-prefix {workflow.storage_settings.default_storage_prefix!r} names an "
+        "environment variable that is not set. Fix: export it (README, Google Cloud)."
+    )
+
+
+def cache_output(path):
+    """A cache output; node-local scratch makes it a temporary file of its group job."""
+    # temp(group_jobs=True): the cache build and its epochs become one group job (one node or VM;
+    # the cluster profile names the group), the submitting host neither checks nor uploads the
+    # cache, it is deleted once the group's epochs are done, and rebuilt when epochs need it again.
+    if not NODE_LOCAL_CACHE:
+        return path
+    return local(path) if ON_STORAGE and workflow.remote_exec else temp(path, group_jobs=True)
+
+
+def cache_input(path):
+    return local(path) if ON_STORAGE and workflow.remote_exec else path
+
+
+# Directories are derived from the job's own input/output paths, which under a storage provider
+# are local copies (.snakemake/storage/...), not the configured paths.
+def output_dir(name):
+    return lambda wildcards, output: os.path.dirname(getattr(output, name))
+
+
+def input_dir(name):
+    return lambda wildcards, input: os.path.dirname(getattr(input, name))
+
+
 def dataset_file(dataset, name):
     return f"{RESULTS}/datasets/{dataset}/{name}"
 
@@ -84,14 +126,6 @@ def backbone_file(backbone, name):
 
 def cache_file(dataset, backbone, name):
     return f"{SCRATCH}/{dataset}__{backbone}/{name}"
-
-
-def scratch_output(path):
-    """A cache output; node-local scratch makes it a temporary file of its group job."""
-    # temp(group_jobs=True): on cluster executors the cache build and its epochs become one group
-    # job (profiles/slurm names the group), the submitting host neither checks nor uploads the
-    # cache, it is deleted once the group's epochs are done, and rebuilt when epochs need it again.
-    return temp(path, group_jobs=True) if config["scratch_node_local"] else path
 
 
 def cache_provenance_file(dataset, backbone):
@@ -217,17 +251,17 @@ def device_arg(wildcards, resources):
     return f"--device {config['device']}"
 
 
-def run_cache_dir(run):
-    cfg = run_config(run)
-    return f"{SCRATCH}/{cfg['dataset']}__{cfg['backbone']}"
-
-
 def epoch_inputs(wildcards):
     cfg = run_config(wildcards.run)
     inputs = {
-        "cache": cache_file(cfg["dataset"], cfg["backbone"], "sentinel.json"),
+        "cache": cache_input(
+            cache_file(cfg["dataset"], cfg["backbone"], "sentinel.json")
+        ),
         "cache_files": ancient(
-            [cache_file(cfg["dataset"], cfg["backbone"], f) for f in CACHE_FILES]
+            [
+                cache_input(cache_file(cfg["dataset"], cfg["backbone"], f))
+                for f in CACHE_FILES
+            ]
         ),
     }
     epoch = int(wildcards.epoch)
@@ -239,16 +273,16 @@ def epoch_inputs(wildcards):
     return inputs
 
 
-def previous_epoch_arg(wildcards):
-    epoch = int(wildcards.epoch)
-    if epoch == 1:
+def previous_epoch_arg(wildcards, input):
+    if "previous" not in input.keys():
         return ""
-    previous = epoch_file(wildcards.run, epoch - 1, "").rstrip("/")
-    return f"--previous-dir {previous}"
+    return f"--previous-dir {os.path.dirname(input.previous)}"
 
 
-def epoch_dirs(run):
-    return [epoch_file(run, e, "").rstrip("/") for e in run_epochs(run)]
+def input_dirs(name):
+    return lambda wildcards, input: " ".join(
+        os.path.dirname(f) for f in getattr(input, name)
+    )
 
 
 def selection_inputs(wildcards):
@@ -278,7 +312,6 @@ def qualify_inputs(wildcards):
     steps = [
         dataset_file(dataset, "provenance.json"),
         backbone_file(backbone, "provenance.json"),
-        cache_provenance_file(dataset, backbone),
         run_file(wildcards.run, "selection/provenance.json"),
         *(
             epoch_file(wildcards.run, e, "provenance.json")
@@ -287,11 +320,13 @@ def qualify_inputs(wildcards):
     ]
     return {
         "selection": run_file(wildcards.run, "selection/sentinel.json"),
+        "selection_json": ancient(run_file(wildcards.run, "selection/selection.json")),
         "artifact": ancient(run_file(wildcards.run, "selection/artifact")),
         "backbone": backbone_file(backbone, "sentinel.json"),
         "weights": ancient(backbone_file(backbone, "backbone.pt")),
         "dataset": dataset_file(dataset, "sentinel.json"),
         "test": ancient(dataset_file(dataset, "test.h5")),
+        "cache_provenance": ancient(cache_provenance_file(dataset, backbone)),
         "provenance": ancient(steps),
         "epoch_metrics": ancient(
             [
@@ -302,13 +337,12 @@ def qualify_inputs(wildcards):
     }
 
 
-def qualify_dirs(wildcards):
-    cfg = run_config(wildcards.run)
+def qualify_dirs(wildcards, input):
     return {
-        "dataset": dataset_file(cfg["dataset"], "").rstrip("/"),
-        "backbone": backbone_file(cfg["backbone"], "").rstrip("/"),
-        "cache_provenance": cache_provenance_file(cfg["dataset"], cfg["backbone"]),
-        "epochs": " ".join(epoch_dirs(wildcards.run)),
+        "dataset": os.path.dirname(input.dataset),
+        "backbone": os.path.dirname(input.backbone),
+        "selection": os.path.dirname(input.selection),
+        "epochs": " ".join(os.path.dirname(f) for f in input.epoch_metrics),
     }
 
 

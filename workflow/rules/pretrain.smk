@@ -16,8 +16,8 @@ rule pretrain_backbone:
     params:
         spec=backbone_spec,
         code=CODE["pretrain"],
-        dataset_dir=lambda wildcards, input: input.dataset.rsplit("/", 1)[0],
-        out_dir=backbone_file("{backbone}", ""),
+        dataset_dir=input_dir("dataset"),
+        out_dir=output_dir("sentinel"),
         device=device_arg,
     shell:
         "rffm pretrain --spec {params.spec:q} --threads {threads} {params.device}"
@@ -41,6 +41,6 @@ rule import_backbone:
     params:
         spec=backbone_spec,
         code=CODE["pretrain"],
-        out_dir=backbone_file("{backbone}", ""),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm import-backbone --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"

@@ -37,14 +37,13 @@ rule qualify:
         spec=run_spec,
         code=CODE["qualify"],
         dirs=qualify_dirs,
-        selection_dir=run_file("{run}", "selection"),
-        out_dir=run_file("{run}", "qualification"),
+        out_dir=output_dir("sentinel"),
         batch_profile=batch_profile_arg,
         device=device_arg,
     shell:
         "rffm qualify --spec {params.spec:q} --threads {threads}"
-        " --selection-dir {params.selection_dir} --dataset-dir {params.dirs[dataset]}"
-        " --backbone-dir {params.dirs[backbone]} --cache-provenance {params.dirs[cache_provenance]}"
+        " --selection-dir {params.dirs[selection]} --dataset-dir {params.dirs[dataset]}"
+        " --backbone-dir {params.dirs[backbone]} --cache-provenance {input.cache_provenance}"
         " --epoch-dirs {params.dirs[epochs]}"
         " --batch-size {resources.backbone_batch} {params.batch_profile} {params.device}"
         " --out-dir {params.out_dir} > {log} 2>&1"

@@ -13,8 +13,8 @@ rule select_checkpoint:
     params:
         spec=run_spec,
         code=CODE["selection"],
-        epoch_dirs=lambda wildcards: " ".join(epoch_dirs(wildcards.run)),
-        out_dir=run_file("{run}", "selection"),
+        epoch_dirs=input_dirs("epochs"),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm select --spec {params.spec:q} --epoch-dirs {params.epoch_dirs}"
         " --out-dir {params.out_dir} > {log} 2>&1"

@@ -12,6 +12,6 @@ rule stage_dataset:
     params:
         spec=dataset_spec,
         code=CODE["staging"],
-        out_dir=dataset_file("{dataset}", ""),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm stage --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"

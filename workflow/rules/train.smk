@@ -14,11 +14,11 @@ rule train_epoch:
     params:
         spec=epoch_spec,
         code=CODE["train"],
-        cache_dir=lambda wildcards: run_cache_dir(wildcards.run),
+        cache_dir=input_dir("cache"),
         previous=previous_epoch_arg,
         profiling=epoch_profiling_args,
         device=device_arg,
-        out_dir=epoch_file("{run}", "{epoch}", ""),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm train-epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
         " --cache-dir {params.cache_dir} {params.previous} {params.profiling} {params.device}"
