@@ -99,7 +99,11 @@ def cache_output(path):
     # cache, it is deleted once the group's epochs are done, and rebuilt when epochs need it again.
     if not NODE_LOCAL_CACHE:
         return path
-    return local(path) if ON_STORAGE and workflow.remote_exec else temp(path, group_jobs=True)
+    return (
+        local(path)
+        if ON_STORAGE and workflow.remote_exec
+        else temp(path, group_jobs=True)
+    )
 
 
 def cache_input(path):

@@ -1,5 +1,13 @@
 # Figures and tables for `snakemake --report`. Each is a small rule of its own reading
 # sentinels (and the manifest), so adding or changing a figure never reruns a training step.
+# They run on the submitting host under cluster executors: seconds of CPU, not worth a node or VM.
+
+
+localrules:
+    plot_training,
+    summarize_manifest,
+    summarize_profiling,
+    plot_cache_lifecycle,
 
 
 rule plot_training:
@@ -36,7 +44,7 @@ rule plot_training:
             path.rsplit("/", 1)[0] for path in input.epochs
         ),
         selection_dir=lambda wildcards, input: input.selection.rsplit("/", 1)[0],
-        out_dir=run_file("{run}", "report/validation"),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm plot-training --run {wildcards.run} --epoch-dirs {params.epoch_dirs}"
         " --selection-dir {params.selection_dir} --out-dir {params.out_dir} > {log} 2>&1"
@@ -63,7 +71,7 @@ rule summarize_manifest:
     params:
         code=CODE["report"],
         qualification_dir=lambda wildcards, input: input.qualification.rsplit("/", 1)[0],
-        out_dir=run_file("{run}", "report/qualification"),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm summarize-manifest --run {wildcards.run} --qualification-dir {params.qualification_dir}"
         " --out-dir {params.out_dir} > {log} 2>&1"
@@ -82,11 +90,8 @@ rule summarize_profiling:
     params:
         code=CODE["profiling"],
         cache_provenance=lambda wildcards, input: input.timings[0],
-        epoch_dirs=lambda wildcards: " ".join(
-            epoch_file(wildcards.run, e, "").rstrip("/")
-            for e in profiled_epochs(wildcards.run)
-        ),
-        profile_dir=run_file("{run}", "profiling"),
+        epoch_dirs=input_dirs("epochs"),
+        profile_dir=output_dir("summary"),
     shell:
         "rffm profile-summary --run {wildcards.run} --cache-provenance {params.cache_provenance}"
         " --epoch-dirs {params.epoch_dirs} --profile-dir {params.profile_dir} > {log} 2>&1"
@@ -111,7 +116,7 @@ rule plot_cache_lifecycle:
         "../../envs/rffm.yaml"
     params:
         code=CODE["report"],
-        out_dir=run_file("{run}", "report/profiling"),
+        out_dir=output_dir("sentinel"),
     shell:
         "rffm plot-cache-lifecycle --run {wildcards.run} --summary {input.summary}"
         " --out-dir {params.out_dir} > {log} 2>&1"
