@@ -132,11 +132,3 @@ def read_split(path: str | Path) -> dict[str, np.ndarray]:
             return {name: handle[name][()] for name in ("iq", "label", "snr_db", "content_id")}
     except (OSError, KeyError) as exc:
         raise DataError(f"{path}: not a readable canonical split ({exc}). Fix: rerun stage_dataset.") from None
-
-
-def iter_iq_batches(path: str | Path, batch_size: int):
-    """Yield (start, iq batch) in file order without loading the whole split."""
-    with h5py.File(path, "r") as handle:
-        dataset = handle["iq"]
-        for start in range(0, dataset.shape[0], batch_size):
-            yield start, dataset[start : start + batch_size]
