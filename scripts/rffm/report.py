@@ -85,7 +85,7 @@ def cache_lifecycle(summary: dict[str, Any], path: str | Path, title: str) -> No
         label = f" {stats['total_s']:.3f} s / {stats['count']} call{'s' if stats['count'] != 1 else ''}"
         ax.annotate(label, (bar.get_width(), bar.get_y() + bar.get_height() / 2), va="center", fontsize=7)
     ax.set_xlim(0, max(totals, default=1.0) * 1.3 or 1.0)
-    ax.set(xlabel="inclusive time (s), summed over profiled batches", title=f"{title}\ninclusive, non-additive phase timings")
+    ax.set(xlabel="inclusive time (s), summed over all batches of the step", title=f"{title}\ninclusive, non-additive phase timings")
     ax.grid(axis="x", alpha=0.3)
     save_png(fig, path)
 
