@@ -227,13 +227,7 @@ class SyntheticSource:
         if self._cached is None or self._cached[0] != stratum:
             name = self.classes[stratum // len(self.gen.snr_db)]
             snr = float(self.gen.snr_db[stratum % len(self.gen.snr_db)])
-            # the same per-(class, SNR) stream as synthetic.generate (tests/test_sources.py checks equality)
-            rng = np.random.default_rng([self.seed, synthetic.CLASSES.index(name), int(round(snr * 100)) + 100_000])
-            iq = np.empty((self.gen.examples_per_class_snr, 2, self.length), np.float32)
-            for row in range(len(iq)):
-                x = synthetic.channel(synthetic.modulate(name, self.length, self.gen.sps, rng), snr, self.gen.impairments, rng)
-                iq[row, 0], iq[row, 1] = x.real, x.imag
-            self._cached = (stratum, iq)
+            self._cached = (stratum, synthetic.stratum(self.gen, self.seed, name, snr))
         return self._cached[1]
 
     def read(self, rows: np.ndarray) -> np.ndarray:

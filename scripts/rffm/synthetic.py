@@ -9,7 +9,6 @@ SNR of the linear modulations is ~7 dB higher) -> unit RMS. See README "Syntheti
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -156,28 +155,30 @@ def channel(x: np.ndarray, snr_db: float, imp: Impairments, rng: np.random.Gener
     return x / np.sqrt(np.mean(np.abs(x) ** 2))
 
 
-def generate(spec: SyntheticSpec, seed: int, progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All examples, class-major then SNR: IQ float32 [N, 2, L], labels int64 [N], SNR float32 [N].
+def stratum(spec: SyntheticSpec, seed: int, name: str, snr: float) -> np.ndarray:
+    """The examples of one (class, SNR) pair, IQ float32 [examples_per_class_snr, 2, L].
 
-    `progress`, if given, is called with the number of examples generated after each (class, SNR) stratum.
+    Each pair has its own random stream, so changing the class list or the SNR grid leaves the
+    other pairs' examples unchanged.
     """
+    if name not in CLASSES:
+        raise ValueError(f"unknown synthetic classes {[name]}; known: {', '.join(CLASSES)}")
+    rng = np.random.default_rng([seed, CLASSES.index(name), int(round(snr * 100)) + 100_000])
+    iq = np.empty((spec.examples_per_class_snr, 2, spec.length), np.float32)
+    for row in range(len(iq)):
+        x = channel(modulate(name, spec.length, spec.sps, rng), float(snr), spec.impairments, rng)
+        iq[row, 0], iq[row, 1] = x.real, x.imag
+    return iq
+
+
+def generate(spec: SyntheticSpec, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All examples, class-major then SNR: IQ float32 [N, 2, L], labels int64 [N], SNR float32 [N]."""
     unknown = sorted(set(spec.classes) - set(CLASSES))
     if unknown:
         raise ValueError(f"unknown synthetic classes {unknown}; known: {', '.join(CLASSES)}")
-    count = len(spec.classes) * len(spec.snr_db) * spec.examples_per_class_snr
-    iq = np.empty((count, 2, spec.length), np.float32)
-    labels = np.empty(count, np.int64)
-    snrs = np.empty(count, np.float32)
-    row = 0
-    for label, name in enumerate(spec.classes):
-        for snr in spec.snr_db:
-            # one stream per (class, SNR): changing the class list or SNR grid leaves the other strata unchanged
-            rng = np.random.default_rng([seed, CLASSES.index(name), int(round(snr * 100)) + 100_000])
-            for _ in range(spec.examples_per_class_snr):
-                x = channel(modulate(name, spec.length, spec.sps, rng), float(snr), spec.impairments, rng)
-                iq[row, 0], iq[row, 1] = x.real, x.imag
-                labels[row], snrs[row] = label, snr
-                row += 1
-            if progress is not None:
-                progress(spec.examples_per_class_snr)
+    pairs = [(label, name, snr) for label, name in enumerate(spec.classes) for snr in spec.snr_db]
+    per = spec.examples_per_class_snr
+    iq = np.concatenate([stratum(spec, seed, name, snr) for _, name, snr in pairs]) if pairs else np.empty((0, 2, spec.length), np.float32)
+    labels = np.repeat(np.array([label for label, _, _ in pairs], np.int64), per)
+    snrs = np.repeat(np.array([snr for _, _, snr in pairs], np.float32), per)
     return iq, labels, snrs
