@@ -1,26 +1,56 @@
 from pathlib import Path
 
+import h5py
 import numpy as np
+import pytest
+import xxhash
 
 from rffm.dataset import SplitWriter, content_ids, read_split, split_attrs, write_split
 
 ATTRS = {"classes": ["A", "B"], "sample_rate": 1.0, "source": {"kind": "test"}, "split": "train", "split_seed": 1, "dataset": "x"}
 
 
-def test_streamed_split_has_the_same_bytes_as_a_one_shot_write(tmp_path: Path):
+def test_split_bytes_do_not_depend_on_how_the_rows_were_appended(tmp_path: Path):
     rng = np.random.default_rng(0)
     iq = rng.standard_normal((700, 2, 64)).astype(np.float32)
     labels, snrs = rng.integers(0, 2, 700), rng.uniform(-10, 10, 700).astype(np.float32)
     write_split(tmp_path / "whole.h5", iq, labels, snrs, ATTRS)
     writer = SplitWriter(tmp_path / "streamed.h5", 700, 64)
-    for start, size in ((0, 1), (1, 300), (301, 0), (301, 99), (400, 300)):  # blocks that do not align with chunks
+    for start, size in ((0, 1), (1, 300), (301, 0), (301, 99), (400, 300)):
         writer.append(iq[start : start + size])
+    assert np.array_equal(writer.read(250, 420), iq[250:420])  # what compact() reads back before finishing
     assert not (tmp_path / "streamed.h5").exists()
     writer.finish(labels, snrs, content_ids(iq), ATTRS)
     writer.commit()
     assert (tmp_path / "streamed.h5").read_bytes() == (tmp_path / "whole.h5").read_bytes()
-    assert np.array_equal(read_split(tmp_path / "streamed.h5")["iq"], iq) and split_attrs(tmp_path / "streamed.h5")["count"] == 700
+    split = read_split(tmp_path / "streamed.h5")
+    assert np.array_equal(split["iq"], iq) and np.array_equal(split["label"], labels)
+    assert split_attrs(tmp_path / "streamed.h5")["count"] == 700
     assert sorted(p.name for p in tmp_path.iterdir()) == ["streamed.h5", "whole.h5"]
+
+
+def test_iq_is_one_contiguous_little_endian_block(tmp_path: Path):
+    iq = np.arange(5 * 2 * 8, dtype=np.float32).reshape(5, 2, 8)
+    write_split(tmp_path / "s.h5", iq, np.zeros(5, np.int64), np.zeros(5, np.float32), ATTRS)
+    with h5py.File(tmp_path / "s.h5", "r") as handle:
+        offset = handle["iq"].id.get_offset()
+    raw = (tmp_path / "s.h5").read_bytes()[offset : offset + iq.nbytes]
+    assert np.array_equal(np.frombuffer(raw, "<f4").reshape(iq.shape), iq)  # readers may pread rows directly
+
+
+def test_content_ids_are_xxh3_128_of_each_example():
+    iq = np.random.default_rng(1).standard_normal((3, 2, 16)).astype(np.float32)
+    ids = content_ids(iq[:, :, :])
+    assert [i.decode() for i in ids] == [xxhash.xxh3_128_hexdigest(example.tobytes()) for example in iq]
+    assert content_ids(iq[::-1])[0] == ids[2]  # a strided view hashes the same bytes
+
+
+def test_appending_more_rows_than_declared_is_refused(tmp_path: Path):
+    writer = SplitWriter(tmp_path / "x.h5", 2, 8)
+    with pytest.raises(RuntimeError, match="3 rows appended to a split of 2"):
+        writer.append(np.zeros((3, 2, 8), np.float32))
+    writer.discard()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_discard_leaves_nothing(tmp_path: Path):

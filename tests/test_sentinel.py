@@ -5,6 +5,7 @@ import pytest
 
 from rffm import sentinel
 from rffm.errors import IntegrityError
+from rffm.sentinel import check_record, file_record, parts_record, record_digest
 
 
 def write_step(directory: Path, payload: bytes = b"hello") -> Path:
@@ -60,3 +61,26 @@ def test_code_digest_follows_rffm_imports(tmp_path: Path, monkeypatch):
     (package / "head.py").write_text((package / "head.py").read_text() + "\n# edited\n")
     assert sentinel.code_digest("train") != before["train"]
     assert sentinel.code_digest("staging") == before["staging"]
+
+
+def test_parts_record_catches_one_flipped_byte_in_any_part(tmp_path: Path):
+    data = tmp_path / "train.h5"
+    data.write_bytes(np.random.default_rng(0).bytes(3 << 20))
+    record = parts_record(data, [4096, 2 << 20])
+    assert (
+        set(record) == {"bytes", "parts", "xxh3_128_of_parts"}
+        and record_digest(record) == f"xxh3_128_of_parts:{record['xxh3_128_of_parts']}"
+    )
+    assert check_record(data, record) is None
+    for position in (10, (1 << 20) + 12345, (3 << 20) - 1):  # one byte in each part, far from any sampled position
+        with open(data, "r+b") as handle:
+            handle.seek(position)
+            byte = handle.read(1)
+            handle.seek(position)
+            handle.write(bytes([byte[0] ^ 0x01]))
+        assert "xxh3_128_of_parts" in check_record(data, record)
+        with open(data, "r+b") as handle:
+            handle.seek(position)
+            handle.write(byte)
+        assert check_record(data, record) is None
+    assert record_digest(file_record(data)).startswith("sha256:")

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -8,6 +9,8 @@ import rfdata
 from rffm import staging, synthetic
 from rffm.dataset import read_split, split_attrs
 from rffm.errors import ConfigError, DataError
+from rffm.files import xxh3_parts
+from rffm.sentinel import sentinel_problems
 
 SPEC = {
     "name": "t",
@@ -202,3 +205,16 @@ def test_huge_finite_samples_are_not_mistaken_for_inf(tmp_path: Path):
     staging.stage(hdf5_spec(tmp_path, iq, np.arange(16) % 2, ["BPSK", "QPSK"]), tmp_path / "out")
     stored = np.concatenate([read_split(tmp_path / "out" / f"{n}.h5")["iq"] for n in ("train", "val", "test")])
     assert (stored == np.float32(3e38)).all(axis=(1, 2)).sum() == 1
+
+
+def test_split_records_cover_every_byte_without_reading_the_iq_back(tmp_path: Path):
+    out = staging.stage(SPEC, tmp_path / "d")
+    body = json.loads(out.read_text())
+    for split in ("train", "val", "test"):
+        path, record = tmp_path / "d" / f"{split}.h5", body["outputs"][f"{split}.h5"]
+        assert set(record) == {"bytes", "parts", "xxh3_128_of_parts"}
+        with h5py.File(path, "r") as handle:
+            offset, size = handle["iq"].id.get_offset(), handle["iq"].id.get_storage_size()
+        assert record["parts"] == [offset, offset + size]  # the digest kept while writing is the one read back
+        assert record["xxh3_128_of_parts"] == xxh3_parts(path, record["parts"])
+    assert sentinel_problems(out) == []

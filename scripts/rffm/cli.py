@@ -338,6 +338,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--size-gb", type=float, default=1.6, help="size of the large generated file (the small one is 4x smaller)")
     sub.add_argument("--work-dir", help="where to put the scratch directory (default: the current directory); removed afterwards")
     sub.add_argument("--keep", action="store_true", help="keep the generated files")
+    sub.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every measurement; each figure is the fastest")
     return top
 
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import io
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 CHUNK = 1 << 20
+FAST_HASH_CHUNK = 8 << 20
+SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start write-back of the range's dirty pages, do not wait
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if os.name == "posix" else None
 
 
 def canonical_json(obj: Any) -> str:
@@ -35,6 +43,42 @@ def sha256_file(path: str | Path) -> str:
         while block := handle.read(CHUNK):
             digest.update(block)
     return digest.hexdigest()
+
+
+def xxh3_parts(path: str | Path, boundaries: Sequence[int] = (), known: dict[int, bytes] | None = None) -> str:
+    """Hex xxh3-128 of the concatenated xxh3-128 digests of a file's parts, cut at the sorted byte `boundaries`.
+
+    Every byte is covered, so one flipped byte anywhere changes it. `known` gives the raw digests of
+    parts already hashed while they were written (by part number): those are not read again.
+    xxh3 is non-cryptographic: it finds corruption, not tampering, at ~10x sha256's speed.
+    """
+    size = os.stat(path).st_size
+    edges = [0, *boundaries, size]
+    combined = xxhash.xxh3_128()
+    buffer = bytearray(FAST_HASH_CHUNK)
+    with open(path, "rb", buffering=0) as handle:
+        for number, (start, stop) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            if known and number in known:
+                combined.update(known[number])
+                continue
+            part = xxhash.xxh3_128()
+            handle.seek(start)
+            left = max(0, stop - start)
+            while left and (count := handle.readinto(memoryview(buffer)[: min(left, len(buffer))])):
+                part.update(memoryview(buffer)[:count])
+                left -= count
+            combined.update(part.digest())
+    return combined.hexdigest()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a just-written range to disk without waiting (Linux; elsewhere a no-op).
+
+    A later fsync then finds most pages clean: the disk works while the writer goes on.
+    """
+    sync_file_range = getattr(_LIBC, "sync_file_range", None)
+    if sync_file_range is not None:
+        sync_file_range(fd, ctypes.c_int64(offset), ctypes.c_int64(length), SYNC_FILE_RANGE_WRITE)
 
 
 def _fsync_dir(directory: Path) -> None:

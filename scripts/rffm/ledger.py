@@ -26,21 +26,21 @@ def locked(dataset_dir: str | Path) -> Iterator[Path]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def entries(path: Path, split_sha256: str) -> list[dict[str, Any]]:
+def entries(path: Path, split_digest: str) -> list[dict[str, Any]]:
     """Ledger entries for this exact test split."""
     if not path.exists():
         return []
-    return [entry for entry in read_json(path)["entries"] if entry["split_sha256"] == split_sha256]
+    return [entry for entry in read_json(path)["entries"] if entry["split_digest"] == split_digest]
 
 
-def exposure_count(path: Path, split_sha256: str) -> int:
+def exposure_count(path: Path, split_digest: str) -> int:
     """Distinct artifacts evaluated on this split so far."""
-    return len({entry["artifact_sha256"] for entry in entries(path, split_sha256)})
+    return len({entry["artifact_sha256"] for entry in entries(path, split_digest)})
 
 
-def recorded(path: Path, split_sha256: str, run: str, artifact_sha256: str) -> dict[str, Any] | None:
+def recorded(path: Path, split_digest: str, run: str, artifact_sha256: str) -> dict[str, Any] | None:
     """The recorded result of this run's qualification, refusing a different artifact for the same run."""
-    for entry in entries(path, split_sha256):
+    for entry in entries(path, split_digest):
         if entry["run"] != run:
             continue
         if entry["artifact_sha256"] == artifact_sha256:
@@ -54,8 +54,8 @@ def recorded(path: Path, split_sha256: str, run: str, artifact_sha256: str) -> d
     return None
 
 
-def record(path: Path, split_sha256: str, run: str, artifact_sha256: str, metrics: dict[str, Any]) -> None:
+def record(path: Path, split_digest: str, run: str, artifact_sha256: str, metrics: dict[str, Any]) -> None:
     """Append an entry (call under `locked`)."""
     ledger = read_json(path) if path.exists() else {"schema_version": 1, "entries": []}
-    ledger["entries"].append({"split_sha256": split_sha256, "run": run, "artifact_sha256": artifact_sha256, "metrics": metrics})
+    ledger["entries"].append({"split_digest": split_digest, "run": run, "artifact_sha256": artifact_sha256, "metrics": metrics})
     atomic_write_json(path, ledger)

@@ -11,6 +11,7 @@ from typing import Any
 from rffm import launch
 from rffm.errors import IntegrityError
 from rffm.files import read_json, sha256_file
+from rffm.sentinel import record_digest
 
 SCHEMA_VERSION = 1
 PROCEDURE = "final_qualification"
@@ -100,7 +101,7 @@ def build(
             "name": dataset["name"],
             "source": dataset["source"],
             "sentinel_sha256": sha256_json(dataset_sentinel),
-            "splits": {name: record["sha256"] for name, record in dataset_sentinel["outputs"].items()},
+            "splits": {name: record_digest(record) for name, record in dataset_sentinel["outputs"].items()},
             "classes": dataset["classes"],
             "counts": dataset["counts"],
         },

@@ -15,7 +15,7 @@ from rffm.files import atomic_write_json, read_json
 from rffm.head import AttentionPoolHead, HeadConfig
 from rffm.metrics import summarize
 from rffm.progress import Progress
-from rffm.sentinel import file_record, json_record, require_intact, upstream, write_sentinel
+from rffm.sentinel import file_record, json_record, record_digest, require_intact, upstream, write_sentinel
 
 OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
 
@@ -90,13 +90,13 @@ def qualify(
     require_intact(selection_dir / "sentinel.json", ["selection.json", artifact], "qualify")
     backbone_sentinel = require_intact(backbone_dir / "sentinel.json", ["backbone.pt"], "qualify")
     dataset_sentinel = read_json(dataset_dir / "sentinel.json")
-    split_sha256 = dataset_sentinel["outputs"]["test.h5"]["sha256"]
+    split_digest = record_digest(dataset_sentinel["outputs"]["test.h5"])
     head, blob = load_artifact(selection_dir / artifact)
     if blob["backbone_fingerprint"] != backbone_sentinel["backbone"]["fingerprint"]:
         raise IntegrityError(f"{selection_dir / artifact} was trained on backbone {blob['backbone_fingerprint'][:16]}…, not {backbone_dir}")
 
     with ledger.locked(dataset_dir) as ledger_path:
-        entry = ledger.recorded(ledger_path, split_sha256, spec["run"], selection["artifact_sha256"])
+        entry = ledger.recorded(ledger_path, split_digest, spec["run"], selection["artifact_sha256"])
         if entry is not None:
             metrics, reused, batch_stats = entry["metrics"], True, None
         else:
@@ -106,9 +106,9 @@ def qualify(
             model = backbone.load(backbone_dir / "backbone.pt", device)
             predictions, batch_stats = predict(model, head, dataset_dir / "test.h5", batch_size, batch_profile, device)
             metrics = summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec.get("high_snr_db", 10.0))
-            ledger.record(ledger_path, split_sha256, spec["run"], selection["artifact_sha256"], metrics)
+            ledger.record(ledger_path, split_digest, spec["run"], selection["artifact_sha256"], metrics)
             reused = False
-        exposure = ledger.exposure_count(ledger_path, split_sha256)
+        exposure = ledger.exposure_count(ledger_path, split_digest)
 
     metrics = {**metrics, "exposure_count": exposure, "recalled_from_ledger": reused}
     atomic_write_json(out_dir / "metrics.json", metrics)

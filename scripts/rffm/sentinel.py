@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rffm.errors import IntegrityError
-from rffm.files import atomic_write_json, canonical_json, read_json, sha256_file, sha256_json
+from rffm.files import atomic_write_json, canonical_json, read_json, sha256_file, sha256_json, xxh3_parts
 
 SCHEMA_VERSION = 1
 SENTINEL_NAME = "sentinel.json"
@@ -23,6 +25,18 @@ def file_record(path: str | Path) -> dict[str, Any]:
     """Size and full sha256 of a file."""
     path = Path(path)
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def parts_record(path: str | Path, boundaries: Sequence[int] = (), known: dict[int, bytes] | None = None) -> dict[str, Any]:
+    """Size and full xxh3-128 digest of a large data file (a dataset split), hashed in parts (files.xxh3_parts)."""
+    path = Path(path)
+    return {"bytes": path.stat().st_size, "parts": list(boundaries), "xxh3_128_of_parts": xxh3_parts(path, boundaries, known)}
+
+
+def record_digest(record: dict[str, Any]) -> str:
+    """A file record's full digest, prefixed with its algorithm (e.g. "xxh3_128:…"): the file's identity."""
+    digest = "xxh3_128_of_parts" if "xxh3_128_of_parts" in record else "sha256"
+    return f"{digest}:{record[digest]}"
 
 
 def json_record(path: str | Path, excluding: list[str]) -> dict[str, Any]:
@@ -135,9 +149,12 @@ def check_record(path: Path, record: dict[str, Any]) -> str | None:
             if field in record and actual[field] != record[field]:
                 return f"{path}: {field} {actual[field][:16]}…, recorded {record[field][:16]}…"
         return None
-    actual = sha256_file(path)
-    if actual != record["sha256"]:
-        return f"{path}: sha256 {actual[:16]}…, recorded {record['sha256'][:16]}…"
+    if "xxh3_128_of_parts" in record:
+        digest, actual = "xxh3_128_of_parts", xxh3_parts(path, record["parts"])
+    else:
+        digest, actual = "sha256", sha256_file(path)
+    if actual != record[digest]:
+        return f"{path}: {digest} {actual[:16]}…, recorded {record[digest][:16]}…"
     return None
 
 
@@ -211,10 +228,17 @@ def code_closure(module: str) -> dict[str, str]:
         path = _module_file(name)
         if path is None:
             raise ValueError(f"no rffm module named {name}")
-        source = path.read_text()
-        seen[name] = hashlib.sha256(source.encode()).hexdigest()
-        pending.extend(_rffm_imports(name, source) - seen.keys())
+        stat = path.stat()
+        seen[name], imports = _module_digest(name, str(path), stat.st_mtime_ns, stat.st_size)
+        pending.extend(imports - seen.keys())
     return dict(sorted(seen.items()))
+
+
+@functools.lru_cache(maxsize=256)
+def _module_digest(name: str, path: str, mtime_ns: int, size: int) -> tuple[str, frozenset[str]]:
+    """sha256 and rffm imports of one module file, cached per (path, mtime, size): parsing is the slow part."""
+    source = Path(path).read_text()
+    return hashlib.sha256(source.encode()).hexdigest(), frozenset(_rffm_imports(name, source))
 
 
 def code_digest(module: str) -> str:

@@ -8,7 +8,8 @@ directory, with this contract (see staging.py, which drives it):
     sample_rate  Hz (1.0 when the source does not say)
     description  JSON-able dict stored in each split's `source` attribute
     index()      (labels int64 [N], snr_db float32 [N], NaN when unknown) from metadata only, no IQ
-    read(rows)   float32 [len(rows), 2, length] for sorted row numbers; memory bounded by len(rows)
+    read(rows)   float32 [len(rows), 2, length] for sorted row numbers (a strided view is fine: staging
+                 copies it once anyway); memory bounded by len(rows); called from two threads at once
     locate(row)  where a row lives in the source, for error messages
     close()
 
@@ -224,11 +225,12 @@ class SyntheticSource:
         return labels, snrs
 
     def _stratum(self, stratum: int) -> np.ndarray:
-        if self._cached is None or self._cached[0] != stratum:
+        cached = self._cached  # read once: staging's reader threads may replace it meanwhile
+        if cached is None or cached[0] != stratum:
             name = self.classes[stratum // len(self.gen.snr_db)]
             snr = float(self.gen.snr_db[stratum % len(self.gen.snr_db)])
-            self._cached = (stratum, synthetic.stratum(self.gen, self.seed, name, snr))
-        return self._cached[1]
+            cached = self._cached = (stratum, synthetic.stratum(self.gen, self.seed, name, snr))
+        return cached[1]
 
     def read(self, rows: np.ndarray) -> np.ndarray:
         per = self.gen.examples_per_class_snr

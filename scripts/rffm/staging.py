@@ -13,6 +13,7 @@ Any failure deletes the temporary files, so a failed staging leaves no sentinel 
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -22,23 +23,31 @@ from typing import Any
 import numpy as np
 
 from rffm import provenance
-from rffm.dataset import SPLITS, SplitWriter, content_ids
+from rffm.dataset import SPLITS, SplitWriter, content_digests, hex_ids
 from rffm.errors import ConfigError, DataError
 from rffm.progress import Progress
 from rffm.radioml import Rml2016Source, Rml2018Source
-from rffm.sentinel import SENTINEL_NAME, file_record, write_sentinel
-from rffm.sigmf_source import SigmfSource
+from rffm.sentinel import SENTINEL_NAME, code_digest, parts_record, write_sentinel
 from rffm.sources import PRESETS, Hdf5Source, SyntheticSource, block_rows, canonical_class
+
+
+def sigmf_source(spec: dict[str, Any], scratch: Path):
+    """The SigMF source, imported on use: the sigmf package (jsonschema) adds ~40 ms to every staging."""
+    from rffm.sigmf_source import SigmfSource
+
+    return SigmfSource(spec, scratch)
+
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
 SOURCES = {
     "synthetic": SyntheticSource,
     "radioml2016": Rml2016Source,
     "radioml2018": Rml2018Source,
-    "sigmf": SigmfSource,
+    "sigmf": sigmf_source,
     "hdf5": Hdf5Source,
 }
 NORMALIZATIONS = ("none", "rms", "peak")
+READS_IN_FLIGHT = 2
 WRITES_IN_FLIGHT = 2
 
 
@@ -111,8 +120,9 @@ def cap_per_stratum(rows: np.ndarray, labels: np.ndarray, snrs: np.ndarray, cap:
 def stratified_split(labels: np.ndarray, snr_db: np.ndarray, fractions: dict[str, float], seed: int) -> dict[str, np.ndarray]:
     """Sorted row indices per split, stratified by (class, SNR) and deterministic from the seed."""
     rng = np.random.default_rng([seed, 1])
-    strata = np.stack([labels.astype(np.float64), np.nan_to_num(snr_db.astype(np.float64), nan=-1e9)], axis=1)
-    keys, inverse = np.unique(strata, axis=0, return_inverse=True)
+    snr_values, snr_rank = np.unique(np.nan_to_num(snr_db.astype(np.float64), nan=-1e9), return_inverse=True)
+    # one integer per (class, SNR), ordered like the pairs: a 1-D unique is far cheaper than np.unique(axis=0)
+    keys, inverse = np.unique(labels.astype(np.int64) * len(snr_values) + snr_rank.ravel(), return_inverse=True)
     inverse = inverse.ravel()
     # rows of each stratum in ascending order (a stable sort), one permutation per stratum in key order
     by_stratum = np.argsort(inverse, kind="stable")
@@ -151,41 +161,54 @@ def normalise(iq: np.ndarray, how: str) -> np.ndarray:
     return (iq / np.maximum(scale, 1e-30)[:, None, None]).astype(np.float32)  # all-zero examples stay zero
 
 
-def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitWriter], how: str, progress: Progress) -> np.ndarray:
-    """Stream the selected rows into the split writers; return each row's content id.
+def finite_rows(iq: np.ndarray) -> np.ndarray:
+    """Which examples have only finite samples."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(iq.sum(axis=(1, 2)))  # NaN/Inf anywhere makes the sum non-finite
+    if not finite.all():  # ... and so can an overflow: check those rows element by element
+        finite[~finite] = np.isfinite(iq[~finite]).all(axis=(1, 2))
+    return finite
 
-    Three stages overlap: a reader thread fetches block k+1 (preadv, no GIL), this thread checks,
-    normalises and hashes block k (hashlib releases the GIL, so two threads share it), and a writer
-    thread appends block k-1 to the split files. At most WRITES_IN_FLIGHT blocks wait to be written,
-    so memory stays a few blocks whatever the source's size.
+
+def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitWriter], how: str, progress: Progress) -> np.ndarray:
+    """Stream the selected rows into the split writers; return each row's content digest (uint64 [n, 2]).
+
+    Three stages overlap: two reader threads fetch blocks k+1 and k+2 (preadv, no GIL; two requests
+    keep the disk busy while it also absorbs the writes), this thread gathers
+    block k into its splits (one copy, which also makes a source's strided view contiguous), checks,
+    normalises and hashes it, and a writer thread appends block k-1 to the split files (pwrite, no
+    GIL). At most WRITES_IN_FLIGHT blocks wait to be written, so memory stays a few blocks whatever
+    the source's size.
     """
-    ids = np.empty(len(rows), "S32")
+    ids = np.empty((len(rows), 2), np.uint64)
     step = min(block_rows(source.length), getattr(source, "max_block_rows", len(rows) or 1))
     bad_count, first_bad = 0, None
     in_flight: deque = deque()
-    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(2) as hasher, ThreadPoolExecutor(1) as writer:
-        pending = reader.submit(source.read, rows[:step]) if len(rows) else None
+    with ThreadPoolExecutor(READS_IN_FLIGHT) as reader, ThreadPoolExecutor(1) as writer:
+        reads = deque(
+            reader.submit(source.read, rows[ahead : ahead + step]) for ahead in range(0, min(len(rows), READS_IN_FLIGHT * step), step)
+        )
         for start in range(0, len(rows), step):
-            iq = pending.result()
-            if start + step < len(rows):
-                pending = reader.submit(source.read, rows[start + step : start + 2 * step])
-            with np.errstate(over="ignore", invalid="ignore"):
-                finite = np.isfinite(iq.sum(axis=(1, 2)))  # NaN/Inf anywhere makes the sum non-finite
-            if not finite.all():  # ... and so can an overflow: check those rows element by element
-                finite[~finite] = np.isfinite(iq[~finite]).all(axis=(1, 2))
-            if bad_count or not finite.all():
-                # the staging will fail: only count, so the message can give the total
-                bad = np.flatnonzero(~finite)
-                if first_bad is None:
-                    first_bad = int(rows[start + bad[0]])
-                bad_count += len(bad)
+            iq = reads.popleft().result()
+            if start + READS_IN_FLIGHT * step < len(rows):
+                ahead = start + READS_IN_FLIGHT * step
+                reads.append(reader.submit(source.read, rows[ahead : ahead + step]))
+            assigned = split_of[start : start + len(iq)]
+            positions = [start + np.flatnonzero(assigned == number) for number in range(len(writers))]
+            parts = [np.ascontiguousarray(iq[where - start], np.float32) for where in positions]
+            for part, where in zip(parts, positions, strict=True):
+                finite = finite_rows(part)
+                if not finite.all() or bad_count:  # the staging will fail: only count, so the message can give the total
+                    bad = where[~finite]
+                    if len(bad) and (first_bad is None or rows[bad[0]] < first_bad):
+                        first_bad = int(rows[bad[0]])
+                    bad_count += len(bad)
+            if bad_count:
                 progress.update(len(iq))
                 continue
-            iq = normalise(iq, how)
-            half = (len(iq) + 1) // 2
-            ids[start : start + len(iq)] = np.concatenate(list(hasher.map(content_ids, (iq[:half], iq[half:]))))
-            assigned = split_of[start : start + len(iq)]
-            parts = [iq[assigned == number] for number in range(len(writers))]
+            parts = [normalise(part, how) for part in parts]
+            for part, where in zip(parts, positions, strict=True):
+                ids[where] = content_digests(part)
             in_flight.append(writer.submit(lambda parts=parts: [w.append(part) for w, part in zip(writers, parts, strict=True)]))
             while len(in_flight) > WRITES_IN_FLIGHT:
                 in_flight.popleft().result()
@@ -201,10 +224,10 @@ def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitW
 
 
 def duplicates(ids: np.ndarray, split_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For every repeated content: (position of its first copy, position of the repeat), repeats in order."""
-    order = np.argsort(ids, kind="stable")  # stable: the first copy of each content comes first
+    """For every repeated content digest (uint64 [n, 2]): (position of its first copy, position of the repeat), repeats in order."""
+    order = np.lexsort((ids[:, 1], ids[:, 0]))  # stable: the first copy of each content comes first
     ordered = ids[order]
-    first_of_group = np.concatenate([[True], ordered[1:] != ordered[:-1]]) if len(ids) else np.zeros(0, bool)
+    first_of_group = np.concatenate([[True], (ordered[1:] != ordered[:-1]).any(axis=1)]) if len(ids) else np.zeros(0, bool)
     group_first = order[first_of_group][np.cumsum(first_of_group) - 1]
     repeats = ~first_of_group
     pairs = np.stack([group_first[repeats], order[repeats]], 1)
@@ -219,12 +242,19 @@ def compact(writer: SplitWriter, keep: np.ndarray, length: int) -> SplitWriter:
         step = block_rows(length)
         for start in range(0, len(kept), step):
             block = kept[start : start + step]  # dense: read the covering range, then pick
-            fresh.append(writer.iq[block[0] : block[-1] + 1][block - block[0]])
+            fresh.append(writer.read(int(block[0]), int(block[-1]) + 1)[block - block[0]])
     except BaseException:
         fresh.discard()
         raise
     writer.discard()
     return fresh
+
+
+def seal(writer: SplitWriter) -> dict[str, Any]:
+    """Hash a finished split (the IQ block was hashed as it was written: only the rest is read), then commit it; its record."""
+    record = parts_record(writer.tmp, *writer.parts())
+    writer.commit()
+    return record
 
 
 def source_description(spec: dict[str, Any], source) -> dict[str, Any]:
@@ -246,7 +276,7 @@ def check_duplicates(spec: dict[str, Any], source, rows: np.ndarray, ids: np.nda
         raise DataError(
             f"{source.locate(int(rows[repeat[k]]))} ({SPLITS[split_of[repeat[k]]]}) has the same IQ as "
             f"{source.locate(int(rows[first[k]]))} ({SPLITS[split_of[first[k]]]}): {int(across.sum())} example(s) "
-            f"duplicate content across splits (content id {ids[repeat[k]].decode()}), which is leakage. "
+            f"duplicate content across splits (content id {hex_ids(ids[repeat[k]])[0].decode()}), which is leakage. "
             f"Fix: deduplicate the source, or set datasets.{spec['name']}.duplicates: drop to keep only the first copy of each."
         )
     keep = np.ones(len(rows), bool)
@@ -270,6 +300,8 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     name = spec["name"]
     started = provenance.start()
+    # parse the code closure for the sentinel's code digest meanwhile (its result is cached)
+    threading.Thread(target=code_digest, args=("staging",), daemon=True).start()
     if spec.get("source") not in SOURCES:
         raise ConfigError(f"datasets.{name}.source: unknown source {spec.get('source')!r}; known: {', '.join(SOURCES)}")
     how = spec.get("normalize", "none")
@@ -313,20 +345,18 @@ def stage(spec: dict[str, Any], out_dir: str | Path) -> Path:
                 writer.finish(
                     labels[positions],
                     snrs[positions],
-                    ids[positions],
+                    hex_ids(ids[positions]),
                     {**attrs, "split": split, "split_seed": int(spec["seed"]), "dataset": name},
                 )
-            for writer in writers:
-                writer.commit()
+            with ThreadPoolExecutor(len(writers)) as pool:  # reading, hashing and fsync release the GIL
+                records = list(pool.map(seal, writers))
         except BaseException:
             for writer in writers:
                 writer.discard()
                 if writer.committed:  # a later rename failed: take back the earlier ones
                     writer.path.unlink(missing_ok=True)
             raise
-    with ThreadPoolExecutor(len(SPLITS)) as pool:  # hashing releases the GIL: the three files in parallel
-        records = pool.map(file_record, [out_dir / f"{split}.h5" for split in SPLITS])
-        outputs = dict(zip([f"{split}.h5" for split in SPLITS], records, strict=True))
+    outputs = dict(zip([f"{split}.h5" for split in SPLITS], records, strict=True))
     counts = {split: int(len(index[split])) for split in SPLITS}
     extra = {"dataset": {"name": name, "source": spec["source"], "classes": classes, "counts": counts, "duplicates": duplicate_summary}}
     provenance.finish(out_dir / "provenance.json", "stage_dataset", started)

@@ -20,7 +20,7 @@ import yaml
 from rffm.config import selection_options
 from rffm.errors import ConfigError, IntegrityError
 from rffm.files import read_json
-from rffm.sentinel import SENTINEL_NAME, check_record, read_sentinel, sentinel_problems
+from rffm.sentinel import SENTINEL_NAME, check_record, read_sentinel, record_digest, sentinel_problems
 from rffm.verify import link_problems
 
 QUICK_HASH_BYTES = 1 << 20
@@ -102,10 +102,10 @@ def exposure(results_dir: Path, qualification: dict[str, Any] | None, run_dir: P
     dataset_sentinel = _sentinel(dataset_dir / SENTINEL_NAME)
     if dataset_sentinel is None or "test.h5" not in dataset_sentinel["outputs"]:
         return None
-    split = dataset_sentinel["outputs"]["test.h5"]["sha256"]
+    split = record_digest(dataset_sentinel["outputs"]["test.h5"])
     ledger = dataset_dir / "test_ledger.json"
     entries = read_json(ledger)["entries"] if ledger.exists() else []
-    return len({e["artifact_sha256"] for e in entries if e["split_sha256"] == split})
+    return len({e["artifact_sha256"] for e in entries if e["split_digest"] == split})
 
 
 def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: bool) -> str:
