@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from rffm.dataset import SplitWriter, content_ids, read_split, split_attrs, write_split
+from rffm.dataset import SplitWriter, content_ids, map_iq, read_split, split_attrs, write_split
+from rffm.errors import DataError
 
 ATTRS = {"classes": ["A", "B"], "sample_rate": 1.0, "source": {"kind": "test"}, "split": "train", "split_seed": 1, "dataset": "x"}
 
@@ -59,3 +60,10 @@ def test_discard_leaves_nothing(tmp_path: Path):
     writer.discard()
     writer.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_map_iq_refuses_a_split_whose_iq_is_not_one_plain_block(tmp_path: Path):
+    with h5py.File(tmp_path / "old.h5", "w") as handle:
+        handle.create_dataset("iq", data=np.zeros((4, 2, 8), np.float32), chunks=(2, 2, 8))
+    with pytest.raises(DataError, match="old.h5: its IQ is not one contiguous little-endian float32 block"):
+        map_iq(tmp_path / "old.h5")

@@ -1,10 +1,13 @@
+import shutil
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
 
 from rffm import backbone, pretrain, staging
+from rffm.dataset import map_iq, read_split
 from rffm.errors import IntegrityError
 from rffm.files import sha256_file
 
@@ -48,18 +51,24 @@ def test_random_source_is_the_seeded_initializer(dataset_dir: Path, tmp_path: Pa
 
 
 def test_pretraining_never_reads_labels(dataset_dir: Path, tmp_path: Path, monkeypatch):
-    real = pretrain.read_split
-
-    def iq_only(path):
-        split = real(path)
-        split["label"] = np.full_like(split["label"], -1)
-        return split
-
-    monkeypatch.setattr(pretrain, "read_split", iq_only)
-    pretrain.create(BACKBONE, dataset_dir, tmp_path / "scrambled")
-    monkeypatch.setattr(pretrain, "read_split", real)
+    scrambled = tmp_path / "scrambled-ds"
+    shutil.copytree(dataset_dir, scrambled)
+    with h5py.File(scrambled / "train.h5", "r+") as handle:
+        handle["label"][...] = -1
+    monkeypatch.setattr(pretrain, "require_intact", lambda *args: None)  # the edited split no longer matches its sentinel
+    pretrain.create(BACKBONE, scrambled, tmp_path / "scrambled")
     pretrain.create(BACKBONE, dataset_dir, tmp_path / "real")
     assert sha256_file(tmp_path / "scrambled/backbone.pt") == sha256_file(tmp_path / "real/backbone.pt")
+
+
+def test_pretraining_gathers_batches_from_a_memory_map(dataset_dir: Path):
+    mapped = map_iq(dataset_dir / "train.h5")
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, read_split(dataset_dir / "train.h5")["iq"])
+    arch = pretrain.arch_from_spec(BACKBONE, mapped.shape[-1])
+    options = {**pretrain.DEFAULT_PRETRAIN, **BACKBONE["pretrain"]}
+    from_map, _ = pretrain.pretrain_weights(arch, mapped, options)
+    in_memory, _ = pretrain.pretrain_weights(arch, np.array(mapped), options)
+    assert all(torch.equal(a, b) for a, b in zip(from_map.state_dict().values(), in_memory.state_dict().values(), strict=True))
 
 
 def test_import_checks_the_expected_sha256(dataset_dir: Path, tmp_path: Path):

@@ -5,9 +5,9 @@ It writes two RML2018-layout files (X float32 [N, 1024, 2] contiguous, Y one-hot
 measurements share the machine's moods:
   - raw read: the large file read sequentially in 8 MiB reads;
   - raw write: as many bytes written sequentially in 8 MiB writes plus fsync;
-  - raw copy: the large file copied to a new file on the same disk (a reader thread ahead of the
-    writer, write-back started as each block is written, fsync at the end) -- no parsing, no
-    hashing: the physical floor for any step that reads every byte and writes it again, as staging does;
+  - raw copy: the large file copied to a new file on the same disk with staging's block size and
+    read-ahead (two reads in flight, write-back started as each block is written, fsync at the end)
+    -- no parsing, no hashing: the floor for any step that reads every byte and writes it again;
   - staging: `rffm stage` in a child process on each file (end-to-end wall time including the
     interpreter's start, peak RSS from wait4).
 Each figure is the fastest of the repeats (the machine is shared: slower runs measure the neighbours).
@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,6 +38,8 @@ import numpy as np
 
 from rffm.files import start_writeback
 from rffm.radioml import RML2018_CLASSES
+from rffm.sources import BLOCK_BYTES
+from rffm.staging import READS_IN_FLIGHT
 
 LENGTH = 1024
 ROW_BYTES = LENGTH * 2 * 4
@@ -116,17 +119,23 @@ def raw_write(path: Path, size: int) -> float:
 
 
 def raw_copy(path: Path, target: Path) -> float:
-    """Seconds to copy the file (evicted first) to `target` and fsync it, the read of block k+1 overlapping the write of block k."""
+    """Seconds to copy the file (evicted first) to `target` and fsync it, with staging's block size and read-ahead."""
     evict(path)
+    size = path.stat().st_size
     started = time.perf_counter()
-    with open(path, "rb", buffering=0) as source, open(target, "wb", buffering=0) as sink, ThreadPoolExecutor(1) as reader:
-        pending, offset = reader.submit(source.read, READ_BYTES), 0
-        while block := pending.result():
-            pending = reader.submit(source.read, READ_BYTES)
-            sink.write(block)
-            start_writeback(sink.fileno(), offset, len(block))
-            offset += len(block)
-        os.fsync(sink.fileno())
+    source = os.open(path, os.O_RDONLY)
+    try:
+        with open(target, "wb", buffering=0) as sink, ThreadPoolExecutor(READS_IN_FLIGHT) as reader:
+            reads = deque(reader.submit(os.pread, source, BLOCK_BYTES, offset) for offset in range(0, size, BLOCK_BYTES)[:READS_IN_FLIGHT])
+            for offset in range(0, size, BLOCK_BYTES):
+                block = reads.popleft().result()
+                if offset + READS_IN_FLIGHT * BLOCK_BYTES < size:
+                    reads.append(reader.submit(os.pread, source, BLOCK_BYTES, offset + READS_IN_FLIGHT * BLOCK_BYTES))
+                sink.write(block)
+                start_writeback(sink.fileno(), offset, len(block))
+            os.fsync(sink.fileno())
+    finally:
+        os.close(source)
     seconds = time.perf_counter() - started
     target.unlink()
     return seconds

@@ -154,6 +154,25 @@ def split_attrs(path: str | Path) -> dict[str, Any]:
         return out
 
 
+def map_iq(path: str | Path) -> np.ndarray:
+    """A split's IQ as a read-only memory map, float32 [n, 2, length]: the OS pages rows in as they are used."""
+    path = Path(path)
+    try:
+        with h5py.File(path, "r") as handle:
+            iq = handle["iq"]
+            offset, shape, dtype = iq.id.get_offset(), iq.shape, iq.dtype
+            plain = iq.chunks is None and iq.compression is None
+    except (OSError, KeyError) as exc:
+        raise DataError(f"{path}: not a readable canonical split ({exc}). Fix: rerun stage_dataset.") from None
+    if not shape[0]:
+        return np.empty(shape, np.float32)
+    if offset is None or not plain or dtype != np.dtype("<f4"):
+        raise DataError(
+            f"{path}: its IQ is not one contiguous little-endian float32 block (an older split format). Fix: rerun stage_dataset."
+        )
+    return np.memmap(path, dtype="<f4", mode="r", offset=offset, shape=shape)
+
+
 def read_split(path: str | Path) -> dict[str, np.ndarray]:
     """Load a split's arrays (IQ, labels, SNR, content ids) into memory."""
     path = Path(path)

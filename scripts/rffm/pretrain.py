@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rffm import backbone, provenance
-from rffm.dataset import read_split
+from rffm.dataset import map_iq
 from rffm.errors import ConfigError, IntegrityError
 from rffm.files import atomic_write_json, sha256_file
 from rffm.progress import Progress
@@ -100,7 +100,11 @@ def pretraining_loss(model, decoder, projector, iq, options, generator, device=t
 def pretrain_weights(
     arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any], device: torch.device | str = "cpu"
 ) -> tuple[backbone.IQPatchTransformer, list[float]]:
-    """Masked-patch reconstruction on IQ only (labels never seen); returns the model and epoch losses."""
+    """Masked-patch reconstruction on IQ only (labels never seen); returns the model and epoch losses.
+
+    `iq` may be a memory map (dataset.map_iq): each batch is gathered from it, so a train split larger
+    than RAM pretrains without being loaded.
+    """
     if options["objective"] not in OBJECTIVES:
         raise ConfigError(f"backbones.*.pretrain.objective: {options['objective']!r}; choose one of {OBJECTIVES}")
     seed = int(options["seed"])
@@ -120,15 +124,14 @@ def pretrain_weights(
         optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
     )
     generator = torch.Generator().manual_seed(seed)
-    data = torch.from_numpy(iq)
     losses = []
     model.train()
     progress = Progress("pretrain_backbone", total=total, unit="batch")
     for epoch in range(options["epochs"]):
-        order = torch.randperm(len(data), generator=generator)
+        order = torch.randperm(len(iq), generator=generator).numpy()
         running, count = 0.0, 0
-        for start in range(0, len(data), options["batch_size"]):
-            batch = data[order[start : start + options["batch_size"]]]
+        for start in range(0, len(iq), options["batch_size"]):
+            batch = torch.from_numpy(np.ascontiguousarray(iq[order[start : start + options["batch_size"]]], np.float32))
             loss = pretraining_loss(model, decoder, projector, batch, options, generator, device)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -157,12 +160,12 @@ def create(spec: dict[str, Any], dataset_dir: str | Path | None, out_dir: str | 
     sentinel_path = dataset_dir / "sentinel.json"
     require_intact(sentinel_path, ["train.h5"], "pretrain_backbone")
     inputs["dataset"] = upstream(sentinel_path, out_dir)
-    train = read_split(dataset_dir / "train.h5")
-    arch = arch_from_spec(spec, int(train["iq"].shape[-1]))
+    train_iq = map_iq(dataset_dir / "train.h5")  # the IQ only: pretraining cannot see labels
+    arch = arch_from_spec(spec, int(train_iq.shape[-1]))
     if spec["source"] == "random":
         model, losses = backbone.build(arch, int(options["seed"])).eval(), []
     else:
-        model, losses = pretrain_weights(arch, train["iq"], options, device)
+        model, losses = pretrain_weights(arch, train_iq, options, device)
     info = {"source": spec["source"], "name": spec["name"], "pretrain": options if spec["source"] == "pretrain" else None}
     fp = backbone.save(out_dir / "backbone.pt", model, info)
     atomic_write_json(out_dir / "pretrain_log.json", {"loss_by_epoch": losses, "options": options})
