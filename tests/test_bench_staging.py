@@ -22,6 +22,6 @@ def test_bench_staging_prints_ratios_and_cleans_up(tmp_path: Path):
     assert report["raw_read_mb_per_s"] > 0 and report["raw_write_mb_per_s"] > 0
     assert report["throughput_fraction"] > 0 and report["rss_ratio"] > 0
     assert report["resident_after_evict"] is None or 0 <= report["resident_after_evict"] <= 1
-    assert report["raw_copy_mb_per_s"] > 0 and report["throughput_fraction_of_copy"] > 0
+    assert report["raw_copy_mb_per_s"] > 0 and report["throughput_fraction_of_copy"] > 0 and report["copy_fraction_of_read"] > 0
     assert any(line.startswith("throughput / raw read bandwidth = ") for line in lines)
     assert list(tmp_path.iterdir()) == []  # generated files and staged splits removed

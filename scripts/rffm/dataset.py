@@ -13,11 +13,12 @@ import numpy as np
 import xxhash
 
 from rffm.errors import DataError
-from rffm.files import commit_file, start_writeback, temporary_sibling
+from rffm.files import commit_file, settle, start_writeback, temporary_sibling
 
 FORMAT_VERSION = 2  # 2: contiguous IQ, xxh3-128 content ids
 SPLITS = ("train", "val", "test")
 ROWS_PER_CHUNK = 256
+SETTLE_BYTES = 32 << 20  # a split writer keeps at most about this much IQ dirty or cached
 
 
 def content_digests(iq: np.ndarray) -> np.ndarray:
@@ -54,8 +55,9 @@ class SplitWriter:
 
     The IQ dataset is contiguous and allocated when the file is created (no fill), so its rows have
     fixed byte offsets: append() writes them with os.pwrite (no GIL, no HDF5 buffering), starts
-    their write-back to disk at once, so commit()'s fsync finds little left to do, and hashes them,
-    so the file's digest never reads the IQ back. The file's bytes
+    their write-back to disk at once and drops what earlier appends wrote from the page cache once it
+    is on disk (so commit()'s fsync finds little left to do and a huge split does not flood memory),
+    and hashes them, so the file's digest never reads the IQ back. The file's bytes
     depend only on the arrays and attributes, never on how the rows were split into appends.
     Nothing appears at `path` until commit().
     """
@@ -73,6 +75,7 @@ class SplitWriter:
         self.offset = iq.id.get_offset() if count else None
         self.fd = os.open(self.tmp, os.O_RDWR)
         self.iq_digest = xxhash.xxh3_128()  # of the IQ block, as written: sealing need not read it back
+        self.settled = self.offset or 0  # IQ bytes before this are on disk and out of the page cache
 
     def append(self, iq: np.ndarray) -> None:
         """Write the next rows (float32 [n, 2, length]) at their place in the file."""
@@ -88,6 +91,9 @@ class SplitWriter:
         start_writeback(self.fd, start, len(block))
         self.iq_digest.update(block)
         self.written += len(iq)
+        if start - self.settled >= SETTLE_BYTES:  # what earlier appends wrote is on disk by now, or nearly
+            settle(self.fd, self.settled, start - self.settled)
+            self.settled = start
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """Rows [first, stop) as written so far."""

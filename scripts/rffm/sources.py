@@ -46,6 +46,7 @@ ALIASES = {"2PSK": "BPSK", "4PSK": "QPSK"}
 FAMILY_NUMBER = re.compile(r"^(?:(\d+)(PSK|QAM|APSK|ASK|PAM|FSK)|(PSK|QAM|APSK|ASK|PAM|FSK)(\d+))$")
 # The 11-class "normal" subset of O'Shea, Roy, Clancy (IEEE JSTSP 2018), in the paper's order.
 PRESETS = {"rml2018-normal": ["OOK", "4ASK", "BPSK", "QPSK", "8PSK", "16QAM", "AM-SSB-SC", "AM-DSB-SC", "FM", "GMSK", "OQPSK"]}
+DROP_READ_PAGES = True
 BLOCK_BYTES = 16 << 20  # IQ bytes per read block: bounds memory, large enough for sequential reads
 
 
@@ -157,7 +158,10 @@ class RowReader:
     def read(self, rows: np.ndarray) -> np.ndarray:
         """float32 rows in the dataset's own row shape."""
         if self.fd is not None:
-            raw = pread_rows(self.fd, self.base + rows.astype(np.int64) * self.row_bytes, self.row_bytes, self.path)
+            offsets = self.base + rows.astype(np.int64) * self.row_bytes
+            raw = pread_rows(self.fd, offsets, self.row_bytes, self.path)
+            if DROP_READ_PAGES and len(rows):  # staging reads each row once: leave the page cache to others
+                os.posix_fadvise(self.fd, int(offsets.min()), int(offsets.max() - offsets.min()) + self.row_bytes, os.POSIX_FADV_DONTNEED)
             return raw.view("<f4").reshape((len(rows), *self.row_shape))
         out = np.empty((len(rows), *self.row_shape), np.float32)
         # h5py reads a slice much faster than a fancy index: read each run of consecutive rows
