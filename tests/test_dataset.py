@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import xxhash
 
+from rffm import dataset, files
 from rffm.dataset import SplitWriter, content_ids, map_iq, read_split, split_attrs, write_split
 from rffm.errors import DataError
 
@@ -67,3 +68,20 @@ def test_map_iq_refuses_a_split_whose_iq_is_not_one_plain_block(tmp_path: Path):
         handle.create_dataset("iq", data=np.zeros((4, 2, 8), np.float32), chunks=(2, 2, 8))
     with pytest.raises(DataError, match="old.h5: its IQ is not one contiguous little-endian float32 block"):
         map_iq(tmp_path / "old.h5")
+
+
+def test_settling_written_rows_to_disk_changes_no_byte(tmp_path: Path, monkeypatch):
+    iq = np.random.default_rng(2).standard_normal((300, 2, 64)).astype(np.float32)
+    labels, snrs = np.zeros(300, np.int64), np.zeros(300, np.float32)
+    write_split(tmp_path / "kept.h5", iq, labels, snrs, ATTRS)
+    monkeypatch.setattr(dataset, "SETTLE_BYTES", 4096)  # settle after every append
+    settled = []
+    monkeypatch.setattr(dataset, "settle", lambda fd, offset, length: (settled.append(length), files.settle(fd, offset, length)))
+    writer = SplitWriter(tmp_path / "settled.h5", 300, 64)
+    for start in range(0, 300, 40):
+        writer.append(iq[start : start + 40])
+    assert len(settled) == 7 and sum(settled) == 280 * 2 * 64 * 4  # all but the last append, on disk and dropped
+    assert np.array_equal(writer.read(0, 300), iq)  # read back from disk
+    writer.finish(labels, snrs, content_ids(iq), ATTRS)
+    writer.commit()
+    assert (tmp_path / "settled.h5").read_bytes() == (tmp_path / "kept.h5").read_bytes()

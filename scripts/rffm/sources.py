@@ -46,7 +46,7 @@ ALIASES = {"2PSK": "BPSK", "4PSK": "QPSK"}
 FAMILY_NUMBER = re.compile(r"^(?:(\d+)(PSK|QAM|APSK|ASK|PAM|FSK)|(PSK|QAM|APSK|ASK|PAM|FSK)(\d+))$")
 # The 11-class "normal" subset of O'Shea, Roy, Clancy (IEEE JSTSP 2018), in the paper's order.
 PRESETS = {"rml2018-normal": ["OOK", "4ASK", "BPSK", "QPSK", "8PSK", "16QAM", "AM-SSB-SC", "AM-DSB-SC", "FM", "GMSK", "OQPSK"]}
-DROP_READ_PAGES = True
+DROP_READ_PAGES = hasattr(os, "posix_fadvise")  # Linux; macOS has no fadvise
 BLOCK_BYTES = 16 << 20  # IQ bytes per read block: bounds memory, large enough for sequential reads
 
 
