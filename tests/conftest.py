@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,24 @@ def fresh_workdir(tmp_path: Path) -> Path:
     workdir.mkdir()
     write_config(workdir, tiny_config())
     return workdir
+
+
+def wait_for(path: Path, timeout: float = 180) -> None:
+    """Wait until a file exists."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout}s")
+        time.sleep(0.05)
+
+
+def sigkill_once_started(command: list[str], cwd: Path, env: dict[str, str], marker: Path) -> None:
+    """Run a command in its own process group and SIGKILL the whole group soon after `marker` appears."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(marker)
+        time.sleep(0.5)
+        assert process.poll() is None, f"{command[0]} ended before it could be killed"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, TINY
+from conftest import BIN, TINY, sigkill_once_started
 from rffm import checkpoints
 from rffm.files import read_json, sha256_file
 from rffm.posttrain import storage_path
@@ -35,14 +33,6 @@ def posttrain(workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess
 
 def selected_sha256(workdir: Path) -> str:
     return read_json(workdir / RUN / "selection/selection.json")["artifact_sha256"]
-
-
-def _wait_for(path: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.05)
 
 
 def test_storage_paths_map_gs_uris_to_the_fuse_mount():
@@ -73,16 +63,7 @@ def test_killed_mid_epoch_and_relaunched_gives_the_uninterrupted_artifact(tmp_pa
     workdir = tmp_path / "job"
     workdir.mkdir()
     env = posttrain_env(AIP_MODEL_DIR=tmp_path / "model", AIP_CHECKPOINT_DIR=tmp_path / "checkpoints")
-    process = subprocess.Popen(
-        posttrain_command(workdir), cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        _wait_for(workdir / "results/logs/train_epoch/base/2.log")
-        time.sleep(0.5)
-        assert process.poll() is None, "posttrain ended before it could be killed"
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    sigkill_once_started(posttrain_command(workdir), workdir, env, workdir / "results/logs/train_epoch/base/2.log")
     assert not (workdir / RUN / "epochs/2/sentinel.json").exists(), "epoch 2 finished before the kill; the test did not interrupt it"
     assert (tmp_path / "checkpoints/runs/base/epochs/1/sentinel.json").exists() and not (tmp_path / "model").exists()
     epoch1 = (workdir / RUN / "epochs/1/provenance.json").read_bytes()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, SNAKEFILE, planned_jobs, snakemake, tiny_config, write_config
+from conftest import BIN, SNAKEFILE, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -82,14 +80,6 @@ def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch)
     assert planned_jobs(workdir) == sorted(["qualify[run=base]", "select_checkpoint[run=base]"] + reports)
 
 
-def _wait_for(path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.05)
-
-
 def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_workdir: Path, finished_workdir: Path):
     command = [
         str(BIN / "snakemake"),
@@ -103,17 +93,8 @@ def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_w
         "2",
     ]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    process = subprocess.Popen(
-        command, cwd=fresh_workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    sigkill_once_started(command, fresh_workdir, env, fresh_workdir / "results/logs/train_epoch/base/2.log")
     epoch2 = fresh_workdir / "results/runs/base/epochs/2"
-    try:
-        _wait_for(fresh_workdir / "results/logs/train_epoch/base/2.log")
-        time.sleep(0.5)
-        assert process.poll() is None, "the workflow ended before it could be killed"
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
     assert not (epoch2 / "sentinel.json").exists(), "epoch 2 finished before the kill; the test did not interrupt it"
 
     result = snakemake(fresh_workdir, "--rerun-incomplete")

@@ -13,7 +13,7 @@ import numpy as np
 import xxhash
 
 from rffm.errors import DataError
-from rffm.files import commit_file, settle, start_writeback, temporary_sibling
+from rffm.files import commit_file, pread_into, settle, start_writeback, temporary_sibling
 
 FORMAT_VERSION = 2  # 2: contiguous IQ, xxh3-128 content ids
 SPLITS = ("train", "val", "test")
@@ -98,10 +98,7 @@ class SplitWriter:
     def read(self, first: int, stop: int) -> np.ndarray:
         """Rows [first, stop) as written so far."""
         out = np.empty((stop - first, self.row_bytes), np.uint8)
-        view, offset = memoryview(out).cast("B"), self.offset + first * self.row_bytes
-        done = 0
-        while done < len(view):
-            done += os.preadv(self.fd, [view[done:]], offset + done)
+        pread_into(self.fd, out, self.offset + first * self.row_bytes, self.tmp)
         return out.view("<f4").reshape(stop - first, 2, -1)
 
     def finish(self, labels: np.ndarray, snr_db: np.ndarray, ids: np.ndarray, attrs: dict[str, Any]) -> None:

@@ -15,11 +15,14 @@ from typing import Any
 
 import xxhash
 
+from rffm.errors import DataError
+
 CHUNK = 1 << 20
 FAST_HASH_CHUNK = 8 << 20
 SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start write-back of the range's dirty pages, do not wait
 SYNC_FILE_RANGE_WAIT = 1 | 2 | 4  # ... and wait for write-back already under way, before and after
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if os.name == "posix" else None
+_SYNC_FILE_RANGE = getattr(_LIBC, "sync_file_range", None)  # Linux only
 
 
 def canonical_json(obj: Any) -> str:
@@ -72,14 +75,26 @@ def xxh3_parts(path: str | Path, boundaries: Sequence[int] = (), known: dict[int
     return combined.hexdigest()
 
 
+def pread_into(fd: int, buffer: Any, offset: int, path: str | Path) -> None:
+    """Fill `buffer` from the file at `offset` (os.preadv: no GIL); a file that ends first is a clear error."""
+    view = memoryview(buffer).cast("B")
+    done = 0
+    while done < len(view):
+        count = os.preadv(fd, [view[done:]], offset + done)
+        if count == 0:
+            raise DataError(
+                f"{path}: file ends at byte {offset + done}, before the data it declares. Fix: the file is truncated; copy it again."
+            )
+        done += count
+
+
 def start_writeback(fd: int, offset: int, length: int) -> None:
     """Ask the kernel to start writing a just-written range to disk without waiting (Linux; elsewhere a no-op).
 
     A later fsync then finds most pages clean: the disk works while the writer goes on.
     """
-    sync_file_range = getattr(_LIBC, "sync_file_range", None)
-    if sync_file_range is not None:
-        sync_file_range(fd, ctypes.c_int64(offset), ctypes.c_int64(length), SYNC_FILE_RANGE_WRITE)
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, ctypes.c_int64(offset), ctypes.c_int64(length), SYNC_FILE_RANGE_WRITE)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -164,7 +179,6 @@ def settle(fd: int, offset: int, length: int) -> None:
     cached pages bounded too: a 20 GB staging does not push everything else out of memory.
     The file's metadata still needs the fsync of commit.
     """
-    sync_file_range = getattr(_LIBC, "sync_file_range", None)
-    if sync_file_range is not None and length > 0:
-        sync_file_range(fd, ctypes.c_int64(offset), ctypes.c_int64(length), SYNC_FILE_RANGE_WAIT)
+    if _SYNC_FILE_RANGE is not None and length > 0:
+        _SYNC_FILE_RANGE(fd, ctypes.c_int64(offset), ctypes.c_int64(length), SYNC_FILE_RANGE_WAIT)
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)

@@ -33,10 +33,13 @@ def parts_record(path: str | Path, boundaries: Sequence[int] = (), known: dict[i
     return {"bytes": path.stat().st_size, "parts": list(boundaries), "xxh3_128_of_parts": xxh3_parts(path, boundaries, known)}
 
 
+def _digest_name(record: dict[str, Any]) -> str:
+    return "xxh3_128_of_parts" if "xxh3_128_of_parts" in record else "sha256"
+
+
 def record_digest(record: dict[str, Any]) -> str:
-    """A file record's full digest, prefixed with its algorithm (e.g. "xxh3_128:…"): the file's identity."""
-    digest = "xxh3_128_of_parts" if "xxh3_128_of_parts" in record else "sha256"
-    return f"{digest}:{record[digest]}"
+    """A file record's full digest, prefixed with its algorithm (e.g. "xxh3_128_of_parts:…"): the file's identity."""
+    return f"{_digest_name(record)}:{record[_digest_name(record)]}"
 
 
 def json_record(path: str | Path, excluding: list[str]) -> dict[str, Any]:
@@ -149,10 +152,8 @@ def check_record(path: Path, record: dict[str, Any]) -> str | None:
             if field in record and actual[field] != record[field]:
                 return f"{path}: {field} {actual[field][:16]}…, recorded {record[field][:16]}…"
         return None
-    if "xxh3_128_of_parts" in record:
-        digest, actual = "xxh3_128_of_parts", xxh3_parts(path, record["parts"])
-    else:
-        digest, actual = "sha256", sha256_file(path)
+    digest = _digest_name(record)
+    actual = xxh3_parts(path, record["parts"]) if digest == "xxh3_128_of_parts" else sha256_file(path)
     if actual != record[digest]:
         return f"{path}: {digest} {actual[:16]}…, recorded {record[digest][:16]}…"
     return None

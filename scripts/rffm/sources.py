@@ -30,6 +30,7 @@ import numpy as np
 
 from rffm import synthetic
 from rffm.errors import DataError
+from rffm.files import pread_into
 
 # One vocabulary for every source. Names are matched case- and punctuation-insensitively, and the
 # digits of PSK/QAM/APSK/ASK/PAM/FSK names may come first or last: QAM16, qam-16 and 16QAM are all
@@ -116,25 +117,13 @@ def pread_rows(fd: int, offsets: np.ndarray, row_bytes: int, path: Path) -> np.n
     for first, last in zip(starts[:-1], starts[1:], strict=True):
         begin, end = int(offsets[first]), int(offsets[last - 1]) + row_bytes
         if end - begin == (last - first) * row_bytes:
-            _pread_into(fd, out[first:last], begin, path)
+            pread_into(fd, out[first:last], begin, path)
             continue
         span = np.empty(end - begin, np.uint8)
-        _pread_into(fd, span, begin, path)
+        pread_into(fd, span, begin, path)
         for i, offset in enumerate(offsets[first:last] - begin, start=first):
             out[i] = span[offset : offset + row_bytes]
     return out
-
-
-def _pread_into(fd: int, buffer: np.ndarray, offset: int, path: Path) -> None:
-    view = memoryview(buffer).cast("B")
-    done = 0
-    while done < len(view):
-        count = os.preadv(fd, [view[done:]], offset + done)
-        if count == 0:
-            raise DataError(
-                f"{path}: file ends at byte {offset + done}, before the data it declares. Fix: the file is truncated; copy it again."
-            )
-        done += count
 
 
 class RowReader:

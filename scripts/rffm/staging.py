@@ -185,13 +185,12 @@ def copy_iq(source, rows: np.ndarray, split_of: np.ndarray, writers: list[SplitW
     bad_count, first_bad = 0, None
     in_flight: deque = deque()
     with ThreadPoolExecutor(READS_IN_FLIGHT) as reader, ThreadPoolExecutor(1) as writer:
-        reads = deque(
-            reader.submit(source.read, rows[ahead : ahead + step]) for ahead in range(0, min(len(rows), READS_IN_FLIGHT * step), step)
-        )
-        for start in range(0, len(rows), step):
+        starts = range(0, len(rows), step)
+        reads = deque(reader.submit(source.read, rows[ahead : ahead + step]) for ahead in starts[:READS_IN_FLIGHT])
+        for start in starts:
             iq = reads.popleft().result()
-            if start + READS_IN_FLIGHT * step < len(rows):
-                ahead = start + READS_IN_FLIGHT * step
+            ahead = start + READS_IN_FLIGHT * step
+            if ahead < len(rows):
                 reads.append(reader.submit(source.read, rows[ahead : ahead + step]))
             assigned = split_of[start : start + len(iq)]
             positions = [start + np.flatnonzero(assigned == number) for number in range(len(writers))]
