@@ -27,7 +27,7 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/snakemake --lint
+	RFFM_WORKER_IMAGE=$${RFFM_WORKER_IMAGE:-example.invalid/rffm/worker@sha256:$$(printf '0%.0s' $$(seq 64))} $(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check workflow
 	$(BIN)/ruff check scripts tests
 
@@ -36,9 +36,9 @@ floor: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml
 	$(BIN)/rffm status results --config config/config.yaml config/examples/random_floor.yaml
 
-# Regenerate the README's configuration reference from workflow/schemas/config.schema.yaml.
+# Regenerate config/REFERENCE.md from the config schema.
 docs: setup
-	$(BIN)/rffm config-reference --write README.md
+	$(BIN)/rffm config_reference --write config/REFERENCE.md
 
 clean:
 	rm -rf results scratch .snakemake

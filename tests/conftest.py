@@ -14,11 +14,39 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rffm.config import entry_defaults
+from rffm.steps import build_cache, import_backbone, pretrain_backbone, stage_dataset, train_epoch
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 TINY = REPO / "tests" / "tiny.yaml"
 TARGET_RULES = {"final_qualification", "validation_selection"}
+
+
+# ---- the steps as a rule calls them: specs completed with the schema's defaults ----
+
+
+def stage(spec: dict, out_dir: Path) -> Path:
+    return stage_dataset.run(entry_defaults("datasets", spec), out_dir)
+
+
+def make_backbone(spec: dict, dataset_dir: Path, out_dir: Path) -> Path:
+    return pretrain_backbone.run(entry_defaults("backbones", spec), dataset_dir, out_dir)
+
+
+def import_checkpoint(spec: dict, out_dir: Path) -> Path:
+    return import_backbone.run(entry_defaults("backbones", spec), out_dir)
+
+
+def cache_build(dataset_dir: Path, backbone_dir: Path, out_dir: Path, provenance: Path, **options) -> Path:
+    cache = entry_defaults("cache", {})
+    options = {"batch_size": cache["batch_size"], "disk_headroom": cache["disk_headroom"], **options}
+    return build_cache.run(dataset_dir, backbone_dir, out_dir, provenance, **options)
+
+
+def train_one_epoch(spec: dict, cache_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, **options) -> Path:
+    return train_epoch.run(entry_defaults("runs", spec), cache_dir, number, previous_dir, out_dir, **options)
 
 
 def tiny_config() -> dict:

@@ -15,8 +15,8 @@ import numpy as np
 import sigmf
 from sigmf import SigMFFile
 
-from rffm import synthetic
-from rffm.radioml import RML2018_CLASSES
+from rffm.data import synthetic
+from rffm.data.radioml import RML2018_CLASSES
 
 
 def py2_repr(raw: bytes) -> bytes:

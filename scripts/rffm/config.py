@@ -1,19 +1,24 @@
-"""Configuration checks with one readable line per problem (used by the workflow before any job)."""
+"""The workflow configuration: checked against the schema, with one readable line per problem, and
+completed with the schema's defaults (the only place defaults live)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator
 
+from rffm.errors import ConfigError
 
-def selection_options(run: dict[str, Any]) -> dict[str, str]:
-    """A run's selection metric and mode; without a mode, losses are minimized and everything else maximized."""
-    options = {"metric": "val_accuracy", **run.get("selection", {})}
-    options.setdefault("mode", "min" if options["metric"].endswith("loss") else "max")
-    return options
+# Shipped inside the package (the worker image has no checkout); workflow/schemas/ links to it.
+SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"
+
+
+def load_schema(schema_path: str | Path = SCHEMA) -> dict[str, Any]:
+    """The config schema as a mapping."""
+    return yaml.safe_load(Path(schema_path).read_text())
 
 
 def _where(path) -> str:
@@ -27,7 +32,7 @@ def _describe(error) -> str:
         known = ", ".join(sorted(error.schema.get("properties", {})))
         return f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed here: {known}"
     if error.validator == "required" and "then" in error.schema_path and isinstance(error.instance, dict):
-        return f"{where}: {error.message} for source {error.instance.get('source')!r} (its options block; see README)"
+        return f"{where}: {error.message} for source {error.instance.get('source')!r} (its options block; see config/README.md)"
     if error.validator == "required":
         return f"{where}: {error.message}"
     if "propertyNames" in error.schema_path:
@@ -35,11 +40,9 @@ def _describe(error) -> str:
     return f"{where}: {error.message}"
 
 
-def schema_errors(config: dict[str, Any], schema_path: str | Path) -> list[str]:
+def schema_errors(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """Every schema violation as 'dotted.key: what is wrong'."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    validator = Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     return [_describe(error) for error in errors]
 
 
@@ -62,6 +65,89 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
     return problems
 
 
-def problems(config: dict[str, Any], schema_path: str | Path) -> list[str]:
+def _resolve(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema node with its $ref followed (local references only)."""
+    while "$ref" in node:
+        target = schema
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def fill_defaults(instance: Any, node: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Set every absent key that has a `default` in the schema, recursively (also under if/then/else)."""
+    before = None
+    while before != instance:  # a default set by an if/then branch is filled in on the next pass
+        before = copy.deepcopy(instance)
+        _fill(instance, node, schema)
+
+
+def _fill(instance: Any, node: dict[str, Any], schema: dict[str, Any]) -> None:
+    node = _resolve(node, schema)
+    if not isinstance(instance, dict):
+        return
+    properties = node.get("properties", {})
+    for key, sub in properties.items():
+        sub = _resolve(sub, schema)
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            _fill(instance[key], sub, schema)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in [k for k in instance if k not in properties]:
+            _fill(instance[key], extra, schema)
+    for branch in node.get("allOf", []):
+        _fill(instance, branch, schema)
+    if "if" in node:
+        chosen = node.get("then") if Draft202012Validator(_resolve(node["if"], schema)).is_valid(instance) else node.get("else")
+        if chosen:
+            _fill(instance, chosen, schema)
+
+
+def entry_defaults(section: str, spec: dict[str, Any], schema_path: str | Path = SCHEMA) -> dict[str, Any]:
+    """A top-level block (e.g. `cache`), or one entry of `datasets`, `backbones` or `runs`, completed with the
+    schema's defaults (for steps called by hand or from Python)."""
+    schema = load_schema(schema_path)
+    node = schema["properties"][section]
+    entries = node.get("additionalProperties")
+    filled = copy.deepcopy(spec)
+    fill_defaults(filled, entries if isinstance(entries, dict) else node, schema)
+    return filled
+
+
+def problems(config: dict[str, Any], schema_path: str | Path = SCHEMA) -> list[str]:
     """Schema violations first; cross-references only once the shape is right."""
-    return schema_errors(config, schema_path) or reference_errors(config)
+    return schema_errors(config, load_schema(schema_path)) or reference_errors(config)
+
+
+def check(config: dict[str, Any], schema_path: str | Path = SCHEMA) -> dict[str, Any]:
+    """Raise ConfigError listing every problem; otherwise complete the config with the schema's defaults (in place)."""
+    found = problems(config, schema_path)
+    if found:
+        listing = "\n  ".join(found)
+        raise ConfigError(f"invalid configuration (checked against {schema_path}):\n  {listing}")
+    schema = load_schema(schema_path)
+    fill_defaults(config, schema, schema)
+    return config
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Nested merge, later values winning (as Snakemake merges several --configfile)."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load(paths: list[str | Path], schema_path: str | Path = SCHEMA) -> dict[str, Any]:
+    """Merge config files in order, check them and fill the defaults."""
+    config: dict[str, Any] = {}
+    for path in paths:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read the configuration ({exc}). Fix: pass an existing YAML file.") from None
+        config = merge(config, loaded)
+    return check(config, schema_path)

@@ -10,7 +10,8 @@ is wrong for rffm (README.md, "Google Cloud"; each fix has a test in tests/test_
 - heredocs are quoted (the Snakefile is written verbatim, nothing expands on the VM host);
 - job ids and labels are always valid Batch names;
 - accelerator-optimized machine types (g2, a2, ...) always get the GPU driver installed;
-- only container mode with an image pinned by @sha256 digest is accepted, checked before submission.
+- only container mode with an image pinned by @sha256 digest is accepted, checked before submission;
+  the image is the workflow's declared `container:` (rffm: RFFM_WORKER_IMAGE), a plugin setting otherwise.
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ def require_pinned_image(image: str | None, where: str) -> str:
         f"`gcloud artifacts docker images describe {image or repository} --format='value(image_summary.digest)'` "
         "(README, Google Cloud). Nothing was submitted."
     )
+
+
+def without_scheme(image: str) -> str:
+    """A container reference as Batch takes it (Snakemake's `container:` is written docker://<image>)."""
+    return image.removeprefix("docker://")
 
 
 def unset_variables(values: dict[str, object]) -> list[str]:
@@ -174,16 +180,32 @@ class Executor(GoogleBatchExecutor):
                 f"family; got rffm-googlebatch-image-family {family!r}. Fix: set it to batch-cos-stable-official "
                 "(image project batch-custom-image)."
             )
-        require_pinned_image(self.default_image(), "rffm-googlebatch-container / --container-image")
+        where = "the workflow's container: (RFFM_WORKER_IMAGE), rffm-googlebatch-container or --container-image"
+        require_pinned_image(self.default_image(), where)
 
     # ---- settings ----
 
     def get_param(self, job, param):
-        """Rule resource googlebatch_<param>, else the setting; unlike upstream, 0 and "" count."""
+        """Rule resource googlebatch_<param>, else (for the image) the rule's declared container, else the setting;
+        unlike upstream, 0 and "" count."""
         value = job.resources.get(f"googlebatch_{param}")
+        if value is None and param == "container":
+            value = self.declared_image(job)
         return value if value is not None else getattr(self.executor_settings, param, None)
 
+    def declared_image(self, job) -> str | None:
+        """The `container:` a job's rule declares (every member of a group job runs in the same one)."""
+        members = job.jobs if job.is_group() else [job]
+        images = {without_scheme(member.container_img_url) for member in members if member.container_img_url}
+        if len(images) > 1:
+            raise WorkflowError(f"group job {job.name}: its rules declare different containers ({', '.join(sorted(images))}).")
+        return images.pop() if images else None
+
     def default_image(self) -> str | None:
+        """The image jobs run in: the workflow's declared container, else the plugin's setting, else --container-image."""
+        declared = self.workflow.modifier.global_container_img
+        if declared:
+            return without_scheme(declared)
         return self.executor_settings.container or self.workflow.remote_execution_settings.container_image
 
     # ---- the job builders ----

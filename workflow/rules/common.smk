@@ -5,25 +5,20 @@ import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.logging import logger
-from snakemake.utils import validate
 
 from rffm import config as rffm_config
-from rffm import launch as rffm_launch
-from rffm.locks import clear_stale_lock
-from rffm.sentinel import code_digest
-from rffm.sources import input_files as source_input_files
+from rffm.data.sources import input_files as source_input_files
+from rffm.errors import RffmError
+from rffm.records import launch
+from rffm.records.code import code_digest
+from rffm.records.layout import SPLITS, CACHED_SPLITS, cache_files, split_file
+from rffm.ops.unlock import record_owner
 
-config_problems = rffm_config.problems(
-    config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
-)
-if config_problems:
-    listing = "\n  ".join(config_problems)
-    raise WorkflowError(
-        f"Invalid configuration (workflow/schemas/config.schema.yaml):\n  {listing}"
-    )
-# fills the schema's defaults (results, scratch, threads, ...)
-validate(config, schema="../schemas/config.schema.yaml")
+# One validator: readable problems, then the schema's defaults (the only place defaults live).
+try:
+    rffm_config.check(config)
+except RffmError as error:
+    raise WorkflowError(str(error)) from None
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).
@@ -31,31 +26,36 @@ shell.prefix(
     f"set -euo pipefail; export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; "
 )
 
-# After SIGKILL, let `snakemake --rerun-incomplete` proceed without a manual --unlock.
-if workflow.is_main_process:
-    stale_lock_message = clear_stale_lock(os.getcwd())
-    if stale_lock_message:
-        logger.warning(stale_lock_message)
+# The worker image (envs/Dockerfile) every job runs in, pinned by digest; declared as the workflow's container.
+WORKER_IMAGE = os.environ.get("RFFM_WORKER_IMAGE") or None
+if WORKER_IMAGE and not re.fullmatch(
+    r"[^\s@:]+(:[0-9]+)?/[^\s@]+@sha256:[0-9a-f]{64}", WORKER_IMAGE
+):
+    raise WorkflowError(
+        f"RFFM_WORKER_IMAGE={WORKER_IMAGE}: the worker image must be pinned by digest (<image>@sha256:<64 hex>); "
+        "a tag can move, so the jobs of one run could run different code. Fix: export the digest the registry "
+        "printed when you pushed (profiles/README.md, Google Cloud)."
+    )
+WORKER_CONTAINER = f"docker://{WORKER_IMAGE}" if WORKER_IMAGE else None
 
 RESULTS = config["results"].rstrip("/")
 SCRATCH = config["scratch"].rstrip("/")
 THREADS = config["threads"]
-SPLITS = ["train", "val", "test"]
-CACHE_FILES = [
-    "meta.json",
-    "train.hidden.bf16",
-    "train.labels.npy",
-    "train.snr.npy",
-    "val.hidden.bf16",
-    "val.labels.npy",
-    "val.snr.npy",
-]
-CODE = {
-    step: code_digest(step)
-    for step in ("staging", "pretrain", "cache", "train", "selection", "qualify")
-}
-CODE["report"] = code_digest("report")
-CODE["profiling"] = code_digest("profiling")
+STEPS = (
+    "stage_dataset",
+    "pretrain_backbone",
+    "import_backbone",
+    "build_cache",
+    "train_epoch",
+    "select_checkpoint",
+    "qualify",
+    "plot_training",
+    "summarize_manifest",
+    "summarize_profiling",
+    "plot_cache_lifecycle",
+)
+# A tracked param per step: the digest of its rffm.steps module and what that imports, so an edit reruns it.
+CODE = {rule: code_digest(f"steps.{rule}") for rule in STEPS}
 
 
 def names_pattern(names):
@@ -88,7 +88,7 @@ NODE_LOCAL_CACHE = ON_STORAGE or config["scratch_node_local"]
 if "$" in (workflow.storage_settings.default_storage_prefix or ""):
     raise WorkflowError(
         f"default-storage-prefix {workflow.storage_settings.default_storage_prefix!r} names an "
-        "environment variable that is not set. Fix: export it (README, Google Cloud)."
+        "environment variable that is not set. Fix: export it (profiles/README.md, Google Cloud)."
     )
 
 
@@ -118,6 +118,12 @@ def output_dir(name):
 
 def input_dir(name):
     return lambda wildcards, input: os.path.dirname(getattr(input, name))
+
+
+def input_dirs(name):
+    return lambda wildcards, input: " ".join(
+        os.path.dirname(f) for f in getattr(input, name)
+    )
 
 
 def dataset_file(dataset, name):
@@ -156,7 +162,7 @@ def run_epochs(run):
     return range(1, run_config(run)["train"]["epochs"] + 1)
 
 
-# ---- step specs passed to the rffm CLI (and tracked by Snakemake as params) ----
+# ---- step specs passed to the rffm CLI (tracked params: what a step computes) ----
 
 
 def dataset_spec(wildcards):
@@ -182,6 +188,47 @@ def run_spec(wildcards):
     return as_json({"run": wildcards.run, **run})
 
 
+# ---- execution settings (resources: how a step runs, never what it computes) ----
+# Snakemake's rerun triggers (mtime, params, input, software-env, code) never look at resources,
+# so changing any of these plans no job; tests/workflow/test_execution_settings.py proves it.
+
+DEVICE = config["device"]
+BACKBONE_BATCH = config["cache"]["batch_size"]
+DISK_HEADROOM = str(config["cache"]["disk_headroom"])
+BATCH_PROFILE = f"{SCRATCH}/batch_profile.json"
+LAUNCH_PROFILE = config.get("launch_profile", "")
+
+
+def profiling_runs(dataset, backbone):
+    """Runs on this dataset and backbone that asked for profiling."""
+    return [
+        name
+        for name, run in config["runs"].items()
+        if run.get("profiling")
+        and (run["dataset"], run["backbone"]) == (dataset, backbone)
+    ]
+
+
+def cache_profile_dirs(wildcards):
+    runs = profiling_runs(wildcards.dataset, wildcards.backbone)
+    return " ".join(run_file(run, "profiling") for run in runs)
+
+
+def cache_profile_batches(wildcards):
+    runs = profiling_runs(wildcards.dataset, wildcards.backbone)
+    return min((config["runs"][r]["profiling"]["batch_count"] for r in runs), default=0)
+
+
+def profile_dir(wildcards):
+    return run_file(wildcards.run, "profiling")
+
+
+def epoch_profile_batches(wildcards):
+    """Epochs 1 and 2 of a profiling run trace themselves; later epochs never depend on profiling."""
+    profiling = run_config(wildcards.run).get("profiling")
+    return profiling["batch_count"] if profiling and int(wildcards.epoch) <= 2 else 0
+
+
 # ---- input functions ----
 
 
@@ -196,7 +243,7 @@ def backbone_inputs(wildcards):
     dataset = config["backbones"][wildcards.backbone]["dataset"]
     return {
         "dataset": dataset_file(dataset, "sentinel.json"),
-        "train": ancient(dataset_file(dataset, "train.h5")),
+        "train": ancient(dataset_file(dataset, split_file("train"))),
     }
 
 
@@ -208,51 +255,11 @@ def cache_inputs(wildcards):
     return {
         "dataset": dataset_file(wildcards.dataset, "sentinel.json"),
         "splits": ancient(
-            [dataset_file(wildcards.dataset, f"{s}.h5") for s in ("train", "val")]
+            [dataset_file(wildcards.dataset, split_file(s)) for s in CACHED_SPLITS]
         ),
         "backbone": backbone_file(wildcards.backbone, "sentinel.json"),
         "weights": ancient(backbone_file(wildcards.backbone, "backbone.pt")),
     }
-
-
-def profiling_runs(dataset, backbone):
-    """Runs on this dataset and backbone that asked for profiling."""
-    return [
-        name
-        for name, run in config["runs"].items()
-        if run.get("profiling")
-        and (run["dataset"], run["backbone"]) == (dataset, backbone)
-    ]
-
-
-# Profiling never changes results, so its arguments are derived params (below): enabling it on
-# a finished run reruns nothing; `snakemake --forcerun build_cache` collects fresh traces.
-def cache_profiling_args(wildcards, resources):
-    runs = profiling_runs(wildcards.dataset, wildcards.backbone)
-    if not runs:
-        return ""
-    dirs = " ".join(run_file(run, "profiling") for run in runs)
-    batches = min(config["runs"][run]["profiling"]["batch_count"] for run in runs)
-    return f"--profile-dir {dirs} --profile-batches {batches}"
-
-
-def epoch_profiling_args(wildcards, resources):
-    """Epochs 1 and 2 of a profiling run trace themselves; later epochs never depend on profiling."""
-    profiling = run_config(wildcards.run).get("profiling")
-    if not profiling or int(wildcards.epoch) > 2:
-        return ""
-    directory = run_file(wildcards.run, "profiling")
-    return f"--profile-dir {directory} --profile-batches {profiling['batch_count']}"
-
-
-# Execution details that never change outputs are passed as *derived* params (functions of
-# `resources`), which Snakemake leaves out of its rerun decisions.
-def batch_profile_arg(wildcards, resources):
-    return f"--batch-profile {SCRATCH}/batch_profile.json"
-
-
-def device_arg(wildcards, resources):
-    return f"--device {config['device']}"
 
 
 def epoch_inputs(wildcards):
@@ -264,7 +271,7 @@ def epoch_inputs(wildcards):
         "cache_files": ancient(
             [
                 cache_input(cache_file(cfg["dataset"], cfg["backbone"], f))
-                for f in CACHE_FILES
+                for f in cache_files()
             ]
         ),
     }
@@ -281,12 +288,6 @@ def previous_epoch_arg(wildcards, input):
     if "previous" not in input.keys():
         return ""
     return f"--previous-dir {os.path.dirname(input.previous)}"
-
-
-def input_dirs(name):
-    return lambda wildcards, input: " ".join(
-        os.path.dirname(f) for f in getattr(input, name)
-    )
 
 
 def selection_inputs(wildcards):
@@ -329,7 +330,7 @@ def qualify_inputs(wildcards):
         "backbone": backbone_file(backbone, "sentinel.json"),
         "weights": ancient(backbone_file(backbone, "backbone.pt")),
         "dataset": dataset_file(dataset, "sentinel.json"),
-        "test": ancient(dataset_file(dataset, "test.h5")),
+        "test": ancient(dataset_file(dataset, split_file("test"))),
         "cache_provenance": ancient(cache_provenance_file(dataset, backbone)),
         "provenance": ancient(steps),
         "epoch_metrics": ancient(
@@ -410,33 +411,17 @@ def all_final_reports():
     return [f for run in config["runs"] for f in final_reports(run)]
 
 
-# ---- launch record (SPEC section 6) ----
-
-# Profile files of this launch, recorded create-only in every run's launch/ folder when jobs start.
-LAUNCH_PROFILES = (
-    rffm_launch.profile_files(sys.argv, os.environ, workflow.main_snakefile)
-    if workflow.is_main_process
-    else []
-)
-for launch_run in config["runs"] if LAUNCH_PROFILES else []:
-    for launch_profile in LAUNCH_PROFILES:
-        launch_problem = rffm_launch.check_profile(
-            launch_profile, run_file(launch_run, "launch")
-        )
-        if launch_problem:
-            logger.warning(f"rffm: {launch_problem}")
+# ---- when the workflow starts executing (never on -n or --lint) ----
 
 
-def record_launch():
-    """Record this launch's profile files for every run and pass the record to the jobs."""
-    launch_dirs = [run_file(run, "launch") for run in config["runs"]]
+def on_start():
+    """Note this host as the lock's owner (for `rffm unlock`) and record the launch profile of every run."""
+    record_owner(os.getcwd())
     try:
-        record = rffm_launch.record_launch(LAUNCH_PROFILES, launch_dirs)
-    except rffm_launch.LaunchProfileChanged as exc:
-        raise WorkflowError(f"rffm: {exc}") from None
-    # jobs inherit it: local jobs as subprocesses, SLURM jobs through sbatch --export=ALL
-    os.environ[rffm_launch.CURRENT_ENV] = json.dumps(record, sort_keys=True)
-
-
-onstart:
-    record_launch()
+        launch.record_launch(
+            LAUNCH_PROFILE,
+            workflow.basedir,
+            [run_file(run, "launch") for run in config["runs"]],
+        )
+    except RffmError as error:
+        raise WorkflowError(f"rffm: {error}") from None

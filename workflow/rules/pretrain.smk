@@ -10,17 +10,16 @@ rule pretrain_backbone:
         f"{RESULTS}/logs/pretrain_backbone/{{backbone}}.log",
     wildcard_constraints:
         backbone=names_pattern(backbones_with_source("pretrain", "random")),
-    conda:
-        "../../envs/rffm.yaml"
     threads: THREADS
+    resources:
+        device=DEVICE,
     params:
         spec=backbone_spec,
-        code=CODE["pretrain"],
+        code=CODE["pretrain_backbone"],
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
-        device=device_arg,
     shell:
-        "rffm pretrain --spec {params.spec:q} --threads {threads} {params.device}"
+        "rffm pretrain_backbone --spec {params.spec:q} --threads {threads} --device {resources.device}"
         " --dataset-dir {params.dataset_dir} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -36,11 +35,9 @@ rule import_backbone:
         f"{RESULTS}/logs/import_backbone/{{backbone}}.log",
     wildcard_constraints:
         backbone=names_pattern(backbones_with_source("checkpoint")),
-    conda:
-        "../../envs/rffm.yaml"
     params:
         spec=backbone_spec,
-        code=CODE["pretrain"],
+        code=CODE["import_backbone"],
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm import-backbone --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "rffm import_backbone --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"

@@ -28,22 +28,21 @@ rule qualify:
         sentinel=run_file("{run}", "qualification/sentinel.json"),
     log:
         f"{RESULTS}/logs/qualify/{{run}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     threads: THREADS
     resources:
-        backbone_batch=config["cache"]["batch_size"],
+        device=DEVICE,
+        backbone_batch=BACKBONE_BATCH,
+        batch_profile=BATCH_PROFILE,
+        launch_profile=LAUNCH_PROFILE,
     params:
         spec=run_spec,
         code=CODE["qualify"],
         dirs=qualify_dirs,
         out_dir=output_dir("sentinel"),
-        batch_profile=batch_profile_arg,
-        device=device_arg,
     shell:
         "rffm qualify --spec {params.spec:q} --threads {threads}"
         " --selection-dir {params.dirs[selection]} --dataset-dir {params.dirs[dataset]}"
         " --backbone-dir {params.dirs[backbone]} --cache-provenance {input.cache_provenance}"
-        " --epoch-dirs {params.dirs[epochs]}"
-        " --batch-size {resources.backbone_batch} {params.batch_profile} {params.device}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        " --epoch-dirs {params.dirs[epochs]} --launch-profile={resources.launch_profile:q}"
+        " --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
+        " --device {resources.device} --out-dir {params.out_dir} > {log} 2>&1"

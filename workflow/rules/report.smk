@@ -36,17 +36,15 @@ rule plot_training:
         sentinel=run_file("{run}", "report/validation/sentinel.json"),
     log:
         f"{RESULTS}/logs/plot_training/{{run}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     params:
-        code=CODE["report"],
+        code=CODE["plot_training"],
         epoch_dirs=lambda wildcards, input: " ".join(
             path.rsplit("/", 1)[0] for path in input.epochs
         ),
         selection_dir=lambda wildcards, input: input.selection.rsplit("/", 1)[0],
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm plot-training --run {wildcards.run} --epoch-dirs {params.epoch_dirs}"
+        "rffm plot_training --run {wildcards.run} --epoch-dirs {params.epoch_dirs}"
         " --selection-dir {params.selection_dir} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -66,14 +64,12 @@ rule summarize_manifest:
         sentinel=run_file("{run}", "report/qualification/sentinel.json"),
     log:
         f"{RESULTS}/logs/summarize_manifest/{{run}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     params:
-        code=CODE["report"],
+        code=CODE["summarize_manifest"],
         qualification_dir=lambda wildcards, input: input.qualification.rsplit("/", 1)[0],
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm summarize-manifest --run {wildcards.run} --qualification-dir {params.qualification_dir}"
+        "rffm summarize_manifest --run {wildcards.run} --qualification-dir {params.qualification_dir}"
         " --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -82,24 +78,24 @@ rule summarize_profiling:
         unpack(profiling_inputs),
     output:
         summary=run_file("{run}", "profiling/cache_lifecycle_summary.json"),
+        provenance=run_file("{run}", "profiling/provenance.json"),
         sentinel=run_file("{run}", "profiling/sentinel.json"),
     log:
         f"{RESULTS}/logs/summarize_profiling/{{run}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     params:
-        code=CODE["profiling"],
+        code=CODE["summarize_profiling"],
         cache_provenance=lambda wildcards, input: input.timings[0],
         epoch_dirs=input_dirs("epochs"),
         profile_dir=output_dir("summary"),
     shell:
-        "rffm profile-summary --run {wildcards.run} --cache-provenance {params.cache_provenance}"
+        "rffm summarize_profiling --run {wildcards.run} --cache-provenance {params.cache_provenance}"
         " --epoch-dirs {params.epoch_dirs} --profile-dir {params.profile_dir} > {log} 2>&1"
 
 
 rule plot_cache_lifecycle:
     input:
-        summary=profiling_summary,
+        profiling=lambda wildcards: run_file(wildcards.run, "profiling/sentinel.json"),
+        summary=ancient(profiling_summary),
     output:
         figure=report(
             run_file("{run}", "report/profiling/cache_lifecycle.png"),
@@ -112,11 +108,9 @@ rule plot_cache_lifecycle:
         sentinel=run_file("{run}", "report/profiling/sentinel.json"),
     log:
         f"{RESULTS}/logs/plot_cache_lifecycle/{{run}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     params:
-        code=CODE["report"],
+        code=CODE["plot_cache_lifecycle"],
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm plot-cache-lifecycle --run {wildcards.run} --summary {input.summary}"
+        "rffm plot_cache_lifecycle --run {wildcards.run} --summary {input.summary}"
         " --out-dir {params.out_dir} > {log} 2>&1"

@@ -8,13 +8,11 @@ rule select_checkpoint:
         sentinel=run_file("{run}", "selection/sentinel.json"),
     log:
         f"{RESULTS}/logs/select_checkpoint/{{run}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     params:
         spec=run_spec,
-        code=CODE["selection"],
+        code=CODE["select_checkpoint"],
         epoch_dirs=input_dirs("epochs"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm select --spec {params.spec:q} --epoch-dirs {params.epoch_dirs}"
+        "rffm select_checkpoint --spec {params.spec:q} --epoch-dirs {params.epoch_dirs}"
         " --out-dir {params.out_dir} > {log} 2>&1"

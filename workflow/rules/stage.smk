@@ -7,11 +7,9 @@ rule stage_dataset:
         sentinel=dataset_file("{dataset}", "sentinel.json"),
     log:
         f"{RESULTS}/logs/stage_dataset/{{dataset}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     params:
         spec=dataset_spec,
-        code=CODE["staging"],
+        code=CODE["stage_dataset"],
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm stage --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "rffm stage_dataset --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"

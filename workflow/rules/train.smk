@@ -8,18 +8,19 @@ rule train_epoch:
         sentinel=epoch_file("{run}", "{epoch}", "sentinel.json"),
     log:
         f"{RESULTS}/logs/train_epoch/{{run}}/{{epoch}}.log",
-    conda:
-        "../../envs/rffm.yaml"
     threads: config["epoch_threads"]
+    resources:
+        device=DEVICE,
+        epoch_profile_batches=epoch_profile_batches,
     params:
         spec=epoch_spec,
-        code=CODE["train"],
+        code=CODE["train_epoch"],
         cache_dir=input_dir("cache"),
         previous=previous_epoch_arg,
-        profiling=epoch_profiling_args,
-        device=device_arg,
+        profile_dir=profile_dir,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm train-epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
-        " --cache-dir {params.cache_dir} {params.previous} {params.profiling} {params.device}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "rffm train_epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
+        " --cache-dir {params.cache_dir} {params.previous} --device {resources.device}"
+        " --profile-dir {params.profile_dir}"
+        " --profile-batches {resources.epoch_profile_batches} --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,358 @@
+"""`rffm bench cache`: the hidden-state cache measured side by side against its physical limits.
+
+P1 = epoch recomputing the backbone / epoch from the cache           (how much the cache saves)
+P2 = epoch from the cache / (cache bytes / memmap read bandwidth + head-only compute)
+                                                                      (distance from the I/O + compute floor)
+P3 = cache build / backbone forward only with outputs discarded      (what writing the cache costs)
+P5 = out-of-memory probes with a seeded batch profile / without      (what the profile saves)
+rss_1x_mb, rss_4x_mb: peak RSS of the cache build and of an epoch at 1x and 4x the data (flat = bounded memory)
+
+Every figure is measured in this run, on the default backbone architecture and the default run's
+training settings. Each timing is the fastest of interleaved repeats: on a shared machine other
+processes only ever add time, so the minimum is the least disturbed measurement. The last line
+printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rffm.config import entry_defaults
+from rffm.data import cache
+from rffm.model import backbone
+from rffm.records.layout import CACHED_SPLITS, hidden_file
+from rffm.runtime import batching
+from rffm.runtime.profiling import PhaseTimes
+from rffm.steps import build_cache as build_cache_step
+from rffm.steps import pretrain_backbone, stage_dataset
+from rffm.training import epoch as train
+
+CLASSES = 11
+SNRS = 20
+TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}
+ARCH = {"patch": 8, "dim": 64, "depth": 3, "heads": 4, "mlp_ratio": 2}
+EPOCH_THREADS = 1  # as the train_epoch rule: the head is too small for intra-op threads; the prefetcher takes the other core
+
+
+def with_threads(count: int, measure):
+    """Run a measure with torch limited to `count` intra-op threads."""
+
+    def measured() -> float:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(count)
+        try:
+            return measure()
+        finally:
+            torch.set_num_threads(previous)
+
+    return measured
+
+
+def prepare(work: Path, samples: int, arch: dict[str, int] = ARCH) -> tuple[Path, Path]:
+    """Stage a synthetic dataset of about `samples` examples and a default-architecture backbone."""
+    per_key = max(5, round(samples / (CLASSES * SNRS)))  # at least one example per (class, SNR) in each split
+    spec = {"name": "bench", "source": "synthetic", "seed": 1, "synthetic": {"examples_per_class_snr": per_key}}
+    stage_dataset.run(entry_defaults("datasets", spec), work / "ds")
+    backbone_spec = {"name": "bench", "source": "random", "dataset": "bench", "arch": arch, "pretrain": {"seed": 0}}
+    pretrain_backbone.run(entry_defaults("backbones", backbone_spec), work / "ds", work / "bb")
+    return work / "ds", work / "bb"
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def autocast(device: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+
+
+def forward_only(dataset_dir: Path, model: backbone.IQPatchTransformer, batch_size: int, device: torch.device) -> float:
+    """Seconds to read train+val and run the backbone over them, outputs discarded."""
+    started = time.perf_counter()
+    for split in CACHED_SPLITS:
+        with h5py.File(dataset_dir / f"{split}.h5", "r") as handle, torch.no_grad(), autocast(device):
+            iq = handle["iq"]
+            for start in range(0, iq.shape[0], batch_size):
+                model(torch.from_numpy(iq[start : start + batch_size]).to(device)).to(torch.bfloat16).cpu()
+    synchronize(device)
+    return time.perf_counter() - started
+
+
+def build_cache(
+    dataset_dir: Path, backbone_dir: Path, out: Path, batch_size: int, profile: Path | None = None, device: str = "cpu"
+) -> float:
+    started = time.perf_counter()
+    provenance_path = out.parent / f"{out.name}.provenance.json"
+    headroom = entry_defaults("cache", {})["disk_headroom"]
+    options = {"batch_size": batch_size, "disk_headroom": headroom, "batch_profile": profile, "device": str(device)}
+    build_cache_step.run(dataset_dir, backbone_dir, out, provenance_path, **options)
+    return time.perf_counter() - started
+
+
+def head_steps(batches, head, optimizer) -> None:
+    for hidden, labels in batches:
+        loss = F.cross_entropy(head(hidden), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    loss.item()  # wait for the device
+
+
+def fresh_head(meta: dict[str, Any], device: torch.device = torch.device("cpu")):
+    torch.manual_seed(0)
+    options = train.train_options(entry_defaults("runs", {"train": TRAIN}))
+    head = train.make_head(meta, options).to(device)
+    optimizer, _ = train.make_optimizer(head, options, 1)
+    return head, optimizer
+
+
+def epoch_orders(count: int) -> list[np.ndarray]:
+    order = np.random.default_rng([0, 1]).permutation(count)
+    return [order[start : start + TRAIN["batch_size"]] for start in range(0, count, TRAIN["batch_size"])]
+
+
+def validation_batches(count: int) -> list[np.ndarray]:
+    return [np.arange(start, min(start + 512, count)) for start in range(0, count, 512)]
+
+
+def head_validation(batches, head) -> None:
+    with torch.no_grad():
+        for hidden, labels in batches:
+            loss = F.cross_entropy(head(hidden), labels)
+    loss.item()
+
+
+def cached_epoch(cache_dir: Path, device: torch.device = torch.device("cpu")) -> float:
+    """Seconds for one epoch of the head reading the cache: train pass + validation pass."""
+    splits, meta = cache.open_cache(cache_dir, "bench")
+    head, optimizer = fresh_head(meta, device)
+    batches = epoch_orders(len(splits["train"]))
+    started = time.perf_counter()
+    head_steps(cache.prefetched(splits["train"], batches, device, PhaseTimes()), head, optimizer)
+    val = validation_batches(len(splits["val"]))
+    head_validation(cache.prefetched(splits["val"], val, device, PhaseTimes()), head)
+    return time.perf_counter() - started
+
+
+def recompute_epoch(
+    cache_dir: Path, dataset_dir: Path, model: backbone.IQPatchTransformer, in_ram: bool = False, device: torch.device = torch.device("cpu")
+) -> float:
+    """Seconds for the same pass without a cache: read the signal records, run the backbone, train the head.
+
+    With in_ram the IQ is loaded before timing, which leaves only the backbone's cost (a lower bound).
+    """
+    _, meta = cache.open_cache(cache_dir, "bench")
+    head, optimizer = fresh_head(meta, device)
+
+    def recomputed(iq, labels, batches):
+        for rows in batches:
+            rows = np.sort(rows)
+            with torch.no_grad(), autocast(device):
+                hidden = model(torch.from_numpy(iq[rows]).to(device)).to(torch.bfloat16).float()
+            yield hidden, torch.from_numpy(labels[rows]).to(device)
+
+    with h5py.File(dataset_dir / "train.h5", "r") as train_file, h5py.File(dataset_dir / "val.h5", "r") as val_file:
+        train_labels, val_labels = train_file["label"][()], val_file["label"][()]
+        train_iq = train_file["iq"][()] if in_ram else train_file["iq"]
+        val_iq = val_file["iq"][()] if in_ram else val_file["iq"]
+        started = time.perf_counter()
+        head_steps(recomputed(train_iq, train_labels, epoch_orders(len(train_labels))), head, optimizer)
+        head_validation(recomputed(val_iq, val_labels, validation_batches(len(val_labels))), head)
+        return time.perf_counter() - started
+
+
+def head_only(cache_dir: Path, device: torch.device = torch.device("cpu")) -> float:
+    """Seconds for the head's compute alone (train + validation) on batches already in (device) memory."""
+    splits, meta = cache.open_cache(cache_dir, "bench")
+    head, optimizer = fresh_head(meta, device)
+
+    def resident(split, rows):
+        hidden, labels = split.gather(rows)
+        return hidden.to(device), labels.to(device)
+
+    batches = [resident(splits["train"], rows) for rows in epoch_orders(len(splits["train"]))]
+    val = [resident(splits["val"], rows) for rows in validation_batches(len(splits["val"]))]
+    started = time.perf_counter()
+    head_steps(batches, head, optimizer)
+    head_validation(val, head)
+    return time.perf_counter() - started
+
+
+def cache_bytes_time(path: Path) -> float:
+    """Seconds to read a cache file sequentially through a memory map (as warm as the epoch's reads)."""
+    mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    buffer = np.empty(8 << 20, dtype=np.uint8)
+    started = time.perf_counter()
+    for start in range(0, len(mapped), len(buffer)):
+        chunk = mapped[start : start + len(buffer)]
+        buffer[: len(chunk)] = chunk
+    elapsed = time.perf_counter() - started
+    cache.release_pages(mapped)
+    return elapsed
+
+
+def oom_probes(dataset_dir: Path, backbone_dir: Path, work: Path, limit: int, device: torch.device) -> tuple[int, int]:
+    """Out-of-memory probes of a cache build without and then with the profile it left behind."""
+    profile = work / "oom-profile.json"
+    profile.unlink(missing_ok=True)
+    counts = []
+    previous = os.environ.get(batching.INJECT_ENV)
+    os.environ[batching.INJECT_ENV] = str(limit)
+    try:
+        for name in ("unseeded", "seeded"):
+            build_cache(dataset_dir, backbone_dir, work / f"cache-{name}", 1024, profile, device)
+            stats = json.loads((work / f"cache-{name}.provenance.json").read_text())["batch_stats"]
+            counts.append(sum(s["ooms"] for s in stats.values()))
+    finally:
+        if previous is None:
+            os.environ.pop(batching.INJECT_ENV, None)
+        else:
+            os.environ[batching.INJECT_ENV] = previous
+    return counts[0], counts[1]
+
+
+def peak_rss_mb(phase: str, dataset_dir: Path, backbone_dir: Path, cache_dir: Path, threads: int, device: torch.device) -> float:
+    """Peak RSS of a fresh process doing only one phase (build or epoch)."""
+    code = (
+        "import sys, torch\n"
+        "from pathlib import Path\n"
+        "from rffm.bench import cache as b\n"
+        f"phase, ds, bb, c = {phase!r}, Path({str(dataset_dir)!r}), Path({str(backbone_dir)!r}), Path({str(cache_dir)!r})\n"
+        f"torch.set_num_threads({threads} if phase == 'build' else b.EPOCH_THREADS)\n"
+        "open('/proc/self/clear_refs', 'w').write('5')  # reset the peak: measure the phase, not the imports\n"
+        f"device = torch.device({str(device)!r})\n"
+        "if phase == 'build': b.build_cache(ds, bb, c, 256, device=device)\n"
+        "elif phase == 'epoch': b.cached_epoch(c, device)\n"
+        "print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "RFFM_PLAIN_PROGRESS": "1"}
+    )
+    return int(result.stdout.strip().splitlines()[-1]) / 1024
+
+
+def fastest_of(repeats: int, *measures) -> list[float]:
+    """Run each measure `repeats` times, interleaved, and return the fastest time of each."""
+    samples: list[list[float]] = [[] for _ in measures]
+    for _ in range(repeats):
+        for index, measure in enumerate(measures):
+            samples[index].append(measure())
+    return [min(values) for values in samples]
+
+
+def run(
+    samples: int, work: Path, threads: int, repeats: int, oom_limit: int, arch: dict[str, int] = ARCH, device: str = "cpu"
+) -> dict[str, Any]:
+    """Every figure of the benchmark, measured in this run."""
+    device = torch.device(device)
+    torch.set_num_threads(threads)
+    os.environ.setdefault("RFFM_PLAIN_PROGRESS", "1")
+    os.environ.setdefault("RFFM_PROGRESS_INTERVAL", "3600")
+    dataset_dir, backbone_dir = prepare(work / "1x", samples, arch)
+    model = backbone.load(backbone_dir / "backbone.pt", device)
+    cache_dir = work / "1x" / "cache"
+    forward_only(dataset_dir, model, 256, device)  # warm-up: page cache, allocator, kernels
+    t_forward, t_build = fastest_of(
+        repeats,
+        lambda: forward_only(dataset_dir, model, 256, device),
+        lambda: build_cache(dataset_dir, backbone_dir, cache_dir, 256, device=device),
+    )
+    t_recompute, t_recompute_ram, t_cached, t_head = fastest_of(
+        repeats,
+        lambda: recompute_epoch(cache_dir, dataset_dir, model, device=device),
+        lambda: recompute_epoch(cache_dir, dataset_dir, model, in_ram=True, device=device),
+        with_threads(EPOCH_THREADS, lambda: cached_epoch(cache_dir, device)),
+        with_threads(EPOCH_THREADS, lambda: head_only(cache_dir, device)),
+    )
+    cache_files = [cache_dir / hidden_file(split) for split in CACHED_SPLITS]
+    cache_bytes = sum(path.stat().st_size for path in cache_files)
+    bandwidth = max(cache_bytes / sum(cache_bytes_time(path) for path in cache_files) for _ in range(repeats))
+    floor = cache_bytes / bandwidth + t_head
+    unseeded, seeded = oom_probes(dataset_dir, backbone_dir, work / "1x", oom_limit, device)
+
+    dataset_4x, backbone_4x = prepare(work / "4x", 4 * samples, arch)
+    rss = {"python_torch_baseline_mb": peak_rss_mb("none", dataset_dir, backbone_dir, work / "none", threads, device)}
+    for scale, (ds, bb) in {"1x": (dataset_dir, backbone_dir), "4x": (dataset_4x, backbone_4x)}.items():
+        target = work / scale / "rss-cache"
+        rss[f"build_{scale}_mb"] = peak_rss_mb("build", ds, bb, target, threads, device)
+        rss[f"epoch_{scale}_mb"] = peak_rss_mb("epoch", ds, bb, target, threads, device)
+    return {
+        "P1": round(t_recompute / t_cached, 2),
+        "P2": round(t_cached / floor, 2),
+        "P3": round(t_build / t_forward, 3),
+        "P5": round(seeded / unseeded, 3) if unseeded else None,
+        "rss_1x_mb": round(max(rss["build_1x_mb"], rss["epoch_1x_mb"]), 1),
+        "rss_4x_mb": round(max(rss["build_4x_mb"], rss["epoch_4x_mb"]), 1),
+        "detail": {
+            "samples_1x": int(
+                h5py.File(dataset_dir / "train.h5", "r")["label"].shape[0] + h5py.File(dataset_dir / "val.h5", "r")["label"].shape[0]
+            ),
+            "threads": threads,
+            "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+            "repeats": repeats,
+            "epoch_recompute_s": round(t_recompute, 4),
+            "epoch_recompute_iq_in_ram_s": round(t_recompute_ram, 4),
+            "P1_iq_in_ram": round(t_recompute_ram / t_cached, 2),
+            "P1_ceiling_if_cache_reads_were_free": round(t_recompute / t_head, 2),
+            "epoch_cached_s": round(t_cached, 4),
+            "head_only_s": round(t_head, 4),
+            "cache_bytes": cache_bytes,
+            "epoch_threads": EPOCH_THREADS,
+            "backbone_arch": arch,
+            "memmap_read_gb_s": round(bandwidth / 1e9, 3),
+            "io_plus_compute_floor_s": round(floor, 4),
+            "cache_build_s": round(t_build, 4),
+            "forward_only_s": round(t_forward, 4),
+            "oom_probes_unseeded": unseeded,
+            "oom_probes_seeded": seeded,
+            "oom_injected_above": oom_limit,
+            **{k: round(v, 1) for k, v in rss.items()},
+        },
+    }
+
+
+def main(
+    samples: int = 22000,
+    work_dir: str | None = None,
+    threads: int = 2,
+    repeats: int = 5,
+    oom_limit: int = 100,
+    arch: dict | None = None,
+    device: str = "cpu",
+) -> int:
+    """Run the benchmark and print a readable summary, then the JSON line."""
+    with tempfile.TemporaryDirectory(prefix="rffm-bench-", dir=work_dir) as tmp:
+        result = run(samples, Path(tmp), threads, repeats, oom_limit, {**ARCH, **(arch or {})}, device)
+    d = result["detail"]
+    print(
+        f"P1 epoch recomputing backbone / epoch from cache: {d['epoch_recompute_s']:.3f}s / {d['epoch_cached_s']:.3f}s = {result['P1']}"
+        f" (ceiling if cache reads were free: {d['P1_ceiling_if_cache_reads_were_free']}; backbone {d['backbone_arch']})"
+    )
+    print(
+        f"P2 epoch from cache / (cache bytes / memmap bandwidth + head-only compute): {d['epoch_cached_s']:.3f}s / "
+        f"({d['cache_bytes'] / 1e6:.1f} MB / {d['memmap_read_gb_s']:.2f} GB/s + {d['head_only_s']:.3f}s) = {result['P2']}"
+    )
+    print(f"P3 cache build / forward only: {d['cache_build_s']:.3f}s / {d['forward_only_s']:.3f}s = {result['P3']}")
+    print(
+        f"P5 OOM probes seeded / unseeded (injected above {d['oom_injected_above']} rows): "
+        f"{d['oom_probes_seeded']} / {d['oom_probes_unseeded']} = {result['P5']}"
+    )
+    print(
+        f"peak RSS MB: build {d['build_1x_mb']} -> {d['build_4x_mb']} (4x data), epoch {d['epoch_1x_mb']} -> {d['epoch_4x_mb']} (4x data);"
+        f" python+torch after imports {d['python_torch_baseline_mb']}"
+    )
+    print(json.dumps(result, sort_keys=True))
+    return 0

@@ -1,0 +1,129 @@
+"""The terminal run manifest: what was run, on what, with which result, where and how."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rffm.records.files import read_json, sha256_json
+from rffm.records.sentinel import record_digest
+
+SCHEMA_VERSION = 1
+PROCEDURE = "final_qualification"
+# Per-step provenance the manifest reports (executor-agnostic; `provider` holds the provider's own facts).
+STEP_KEYS = ("executor", "job_id", "host", "device", "gpus", "image", "provider")
+
+
+def _provenance(path: Path) -> dict[str, Any]:
+    return read_json(path) if path.exists() else {"missing": str(path)}
+
+
+def collect_steps(
+    dataset_dir: Path, backbone_dir: Path, cache_provenance: str | Path, epoch_dirs: list, selection_dir: Path
+) -> dict[str, Any]:
+    """Per-rule provenance records of the steps this run consumed."""
+    epochs = [_provenance(Path(d) / "provenance.json") for d in epoch_dirs]
+    backbone_record = _provenance(backbone_dir / "provenance.json")
+    return {
+        "stage_dataset": _provenance(dataset_dir / "provenance.json"),
+        backbone_record.get("rule", "pretrain_backbone"): backbone_record,
+        "build_cache": _provenance(Path(cache_provenance)),
+        "train_epoch": {**(epochs[-1] if epochs else {}), "jobs": epochs},
+        "select_checkpoint": _provenance(selection_dir / "provenance.json"),
+    }
+
+
+def source_revision(workflow_dir: str | Path | None) -> dict[str, Any]:
+    """Git commit and dirty flag of the checkout the code ran from (RFFM_SOURCE_REVISION in containers)."""
+    if os.environ.get("RFFM_SOURCE_REVISION"):
+        return {"source_revision": os.environ["RFFM_SOURCE_REVISION"], "dirty": os.environ.get("RFFM_SOURCE_DIRTY") == "1"}
+    if workflow_dir is None:
+        return {"source_revision": None, "dirty": None}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workflow_dir, capture_output=True, text=True, check=True).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=workflow_dir, capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"source_revision": None, "dirty": None}
+    return {"source_revision": commit, "dirty": bool(status.strip())}
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of rffm, Snakemake and torch."""
+    out = {}
+    for package in ("rffm", "snakemake", "torch"):
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = None
+    return out
+
+
+def build(
+    spec: dict[str, Any],
+    dataset_sentinel: dict[str, Any],
+    backbone_sentinel: dict[str, Any],
+    epoch_dirs: list,
+    selection: dict[str, Any],
+    metrics: dict[str, Any],
+    steps: dict[str, Any],
+    launch_record: dict[str, Any],
+) -> dict[str, Any]:
+    """Assemble the manifest (SPEC section 5 keys)."""
+    dataset = dataset_sentinel["dataset"]
+    epochs = []
+    for directory in epoch_dirs:
+        m = read_json(Path(directory) / "metrics.json")
+        epochs.append({key: m[key] for key in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": spec["run"],
+        "procedure": PROCEDURE,
+        "dataset": {
+            "name": dataset["name"],
+            "source": dataset["source"],
+            "sentinel_sha256": sha256_json(dataset_sentinel),
+            "splits": {name: record_digest(record) for name, record in dataset_sentinel["outputs"].items()},
+            "classes": dataset["classes"],
+            "counts": dataset["counts"],
+        },
+        "backbone": {
+            "name": backbone_sentinel["backbone"]["name"],
+            "source": backbone_sentinel["backbone"]["source"],
+            "fingerprint": backbone_sentinel["backbone"]["fingerprint"],
+        },
+        "training": {"params": spec["train"], "epochs": epochs},
+        "selection": {
+            "epoch": selection["epoch"],
+            "metric": selection["metric"],
+            "mode": selection["mode"],
+            "value": selection["value"],
+            "artifact_sha256": selection["artifact_sha256"],
+            "artifact_path": f"runs/{spec['run']}/selection/{selection['artifact_path']}",
+        },
+        "qualification": {
+            "accuracy": metrics["accuracy"],
+            "macro_f1": metrics["macro_f1"],
+            "accuracy_high_snr": metrics["accuracy_high_snr"],
+            "accuracy_by_snr": metrics["accuracy_by_snr"],
+            "accuracy_by_class": metrics["accuracy_by_class"],
+            "exposure_count": metrics["exposure_count"],
+            "recalled_from_ledger": metrics["recalled_from_ledger"],
+            "test_count": metrics["count"],
+        },
+        "provenance": {
+            **source_revision(Path(__file__).resolve().parent),
+            "versions": versions(),
+            "device": steps.get("qualify", {}).get("device"),
+            "steps": {
+                rule: {key: record.get(key) for key in STEP_KEYS}
+                | ({"jobs": [{k: j.get(k) for k in ("epoch", *STEP_KEYS)} for j in record["jobs"]]} if "jobs" in record else {})
+                for rule, record in steps.items()
+            },
+            "launch_profile": launch_record,
+        },
+    }

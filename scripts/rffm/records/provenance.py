@@ -1,0 +1,117 @@
+"""Non-deterministic facts about where and how a step ran (kept out of sentinels)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rffm.records.files import atomic_write_json
+
+# Environment variables that identify the executor and its job, in priority order.
+EXECUTOR_JOB_VARS = (
+    ("slurm", "SLURM_JOB_ID"),
+    ("googlebatch", "BATCH_JOB_ID"),
+    ("vertex", "CLOUD_ML_JOB_ID"),
+)
+
+
+# Further facts each provider sets about where a job runs (recorded when present).
+PROVIDER_VARS = {
+    "slurm": (
+        "SLURM_CLUSTER_NAME",
+        "SLURM_JOB_PARTITION",
+        "SLURM_JOB_ACCOUNT",
+        "SLURM_JOB_NODELIST",
+        "SLURM_STEP_ID",
+        "SLURM_ARRAY_JOB_ID",
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_RESTART_COUNT",
+    ),
+    "googlebatch": ("BATCH_TASK_INDEX", "BATCH_TASK_COUNT", "BATCH_TASK_RETRY_ATTEMPT"),
+    "vertex": ("CLOUD_ML_TRIAL_ID",),
+}
+# Container runtimes that announce the image they run (Apptainer/Singularity, e.g. Snakemake's
+# --software-deployment-method apptainer); other runtimes need RFFM_CONTAINER_IMAGE.
+CONTAINER_VARS = ("RFFM_CONTAINER_IMAGE", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+
+
+def executor_identity() -> dict[str, str | None]:
+    """Executor kind and provider job id, from the environment the provider sets."""
+    if os.environ.get("RFFM_EXECUTOR"):
+        return {"executor": os.environ["RFFM_EXECUTOR"], "job_id": os.environ.get("RFFM_JOB_ID")}
+    for kind, variable in EXECUTOR_JOB_VARS:
+        if os.environ.get(variable):
+            return {"executor": kind, "job_id": os.environ[variable]}
+    return {"executor": "local", "job_id": None}
+
+
+def provider_details(executor: str) -> dict[str, str]:
+    """Provider-specific facts about the job (partition, node list, task index...), as the provider sets them."""
+    return {name: os.environ[name] for name in PROVIDER_VARS.get(executor, ()) if os.environ.get(name)}
+
+
+def container_image() -> str | None:
+    """The container image this step runs in, when one is used and known."""
+    return next((os.environ[name] for name in CONTAINER_VARS if os.environ.get(name)), None)
+
+
+def visible_gpus() -> list[str]:
+    """Models of the GPUs this job can see (torch when already loaded, else nvidia-smi), empty on CPU-only nodes."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        except RuntimeError:
+            return []
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1") or shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def device_name(device: Any = None) -> str:
+    """Human-readable device: the GPU model, or the CPU."""
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def start() -> dict[str, float]:
+    """Mark the start of a step."""
+    return {"wall": time.time(), "perf": time.perf_counter()}
+
+
+def finish(path: str | Path, rule: str, started: dict[str, float], device: Any = None, extra: dict | None = None) -> dict:
+    """Write the step's provenance file and return it."""
+    identity = executor_identity()
+    record = {
+        "rule": rule,
+        **identity,
+        "provider": provider_details(identity["executor"]),
+        "host": socket.gethostname(),
+        "device": device_name(device),
+        "gpus": visible_gpus(),
+        "image": container_image(),
+        "started_unix": round(started["wall"], 3),
+        "duration_s": round(time.perf_counter() - started["perf"], 3),
+        "python": sys.version.split()[0],
+        "pid": os.getpid(),
+        **(extra or {}),
+    }
+    atomic_write_json(path, record)
+    return record

@@ -1,0 +1,96 @@
+"""One run of a rule: what it consumed, what it wrote and where it ran; its sentinel is written last.
+
+    with Step("train_epoch", out_dir, key={"run": run, "epoch": k}, params=options) as step:
+        cache = step.consume("cache", cache_dir / SENTINEL_NAME, files=[...])
+        ... write the outputs ...
+        step.output("checkpoint.pt")
+        step.facts["metrics"] = metrics
+
+On entry the directory's old sentinel and the temporary files of a killed earlier attempt are
+removed (nothing vouches for a directory while it changes). On a clean exit the provenance file
+(host, times, device: the non-deterministic facts) and then the sentinel (only content: its bytes
+depend on nothing else) are written. An exception writes neither.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rffm.records import provenance
+from rffm.records.code import code_digest
+from rffm.records.files import atomic_write_json, remove_temporaries, sha256_json
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, upstream
+
+
+class Step:
+    """Context manager owning a step's consumed sentinels, outputs, provenance and sentinel."""
+
+    def __init__(
+        self,
+        rule: str,
+        out_dir: str | Path,
+        *,
+        key: dict[str, Any],
+        params: Any,
+        provenance_path: str | Path | None = None,
+        code: str | None = None,
+    ):
+        self.rule, self.out_dir, self.key, self.params = rule, Path(out_dir), key, params
+        self.code = code or f"steps.{rule}"  # the module whose code (with its rffm imports) the sentinel vouches for
+        self.provenance_path = Path(provenance_path) if provenance_path else self.out_dir / PROVENANCE_NAME
+        self.inputs: dict[str, dict[str, Any]] = {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+        self.facts: dict[str, Any] = {}  # deterministic content the sentinel carries (metrics, descriptions)
+        self.details: dict[str, Any] = {}  # non-deterministic facts for the provenance file (timings, batch sizes)
+        self.device: Any = None
+        self.sentinel: Path | None = None
+        self._provenance: dict[str, Any] | None = None
+
+    def __enter__(self) -> Step:
+        self.started = provenance.start()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / SENTINEL_NAME).unlink(missing_ok=True)
+        remove_temporaries(self.out_dir)
+        return self
+
+    def consume(
+        self, role: str, sentinel_path: str | Path, files: list[str] = (), scratch_root: str | Path | None = None, anonymous: bool = False
+    ) -> dict[str, Any]:
+        """Check the named files against an upstream sentinel, link it as input `role` (by digest only when
+        `anonymous`: a results path means nothing from a node-local cache), and return it."""
+        body = require_intact(sentinel_path, list(files), self.rule)
+        self.inputs[role] = upstream(sentinel_path, self.out_dir, scratch_root)
+        if anonymous:
+            self.inputs[role]["path"] = None
+        return body
+
+    def output(self, name: str, record: dict[str, Any] | None = None) -> None:
+        """Record an output file (default: its size and sha256) once it is written."""
+        self.outputs[name] = record if record is not None else file_record(self.out_dir / name)
+
+    def identity(self) -> dict[str, Any]:
+        """What this run computed from: the sentinel without its outputs and facts."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "stage": self.rule,
+            "key": self.key,
+            "inputs": dict(sorted(self.inputs.items())),
+            "params_sha256": sha256_json(self.params),
+            "code_sha256": code_digest(self.code),
+        }
+
+    def write_provenance(self) -> dict[str, Any]:
+        """Write the provenance file now (a step that reports it in an output needs it early) and return it."""
+        if self._provenance is None:
+            self._provenance = provenance.finish(self.provenance_path, self.rule, self.started, device=self.device, extra=self.details)
+        return self._provenance
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        if exc_type is None:
+            self.write_provenance()
+            body = {**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.facts}
+            self.sentinel = self.out_dir / SENTINEL_NAME
+            atomic_write_json(self.sentinel, body)
+        return False

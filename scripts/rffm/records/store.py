@@ -1,0 +1,149 @@
+"""The results store: the results tree itself, a local directory or a Cloud Storage prefix.
+
+Steps write their rule outputs through Snakemake (which uploads them under a storage provider).
+What must outlive Snakemake's own bookkeeping is written here directly, create-only, by the store
+itself: the test-split ledger, the selected artifacts, the memo of completed epochs and the launch
+records. Snakemake never deletes these (they are no rule's outputs), and a second writer of the same
+key never replaces the first: on a POSIX tree the bytes go to a temporary file that is hard-linked
+into place (link(2) fails when the name exists, atomically, also on NFS); on Cloud Storage the
+upload carries the precondition ifGenerationMatch=0, which the service enforces atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from rffm.errors import ConfigError
+from rffm.records.files import atomic_write_bytes
+
+
+class Store:
+    """Create-only keyed bytes under a root; keys are '/'-separated paths relative to the results root."""
+
+    url: str
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write `data` under `key` unless the key exists; True when this call wrote it."""
+        raise NotImplementedError
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes under `key`, or None when there are none."""
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key under `prefix` (a folder), sorted."""
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write or replace `key` (only for diagnostics such as profiling traces)."""
+        raise NotImplementedError
+
+    def local_path(self, key: str) -> Path | None:
+        """Where a key lives on this machine's filesystem, when the store is a directory."""
+        return None
+
+    def where(self, key: str) -> str:
+        """The key's full address, for messages."""
+        return f"{self.url.rstrip('/')}/{key}"
+
+
+class PosixStore(Store):
+    """A directory (the results tree): create-only by link(2)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.url = str(self.root)
+
+    def local_path(self, key: str) -> Path:
+        return self.root / key
+
+    def create(self, key: str, data: bytes) -> bool:
+        try:
+            atomic_write_bytes(self.root / key, data, mode=0o444, create_only=True)
+        except FileExistsError:
+            return False
+        return True
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        folder = self.root / prefix
+        if not folder.is_dir():
+            return []
+        return sorted(
+            path.relative_to(self.root).as_posix() for path in folder.rglob("*") if path.is_file() and not path.name.endswith(".tmp")
+        )
+
+    def put(self, key: str, data: bytes) -> None:
+        atomic_write_bytes(self.root / key, data)
+
+
+class GcsStore(Store):
+    """A Cloud Storage prefix gs://bucket/prefix: create-only by the ifGenerationMatch=0 precondition."""
+
+    def __init__(self, url: str, client=None):
+        from google.cloud import storage
+
+        bucket, _, prefix = url.removeprefix("gs://").partition("/")
+        self.url, self.prefix = url.rstrip("/"), prefix.strip("/")
+        self.client = client or storage.Client()
+        self.bucket = self.client.bucket(bucket)
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def create(self, key: str, data: bytes) -> bool:
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            # one request (no resumable upload): the precondition and the data travel together
+            self.bucket.blob(self._name(key)).upload_from_string(data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+
+    def read(self, key: str) -> bytes | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self.bucket.blob(self._name(key)).download_as_bytes()
+        except NotFound:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        start = len(self.prefix) + 1 if self.prefix else 0
+        names = (blob.name for blob in self.client.list_blobs(self.bucket, prefix=self._name(prefix.rstrip("/") + "/")))
+        return sorted(name[start:] for name in names)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.bucket.blob(self._name(key)).upload_from_string(data)
+
+
+def open_store(url: str | Path) -> Store:
+    """The store a URL names: gs://bucket/prefix, or a directory."""
+    text = str(url)
+    if text.startswith("gs://"):
+        return GcsStore(text)
+    if "://" in text:
+        raise ConfigError(f"results store {text}: only directories and gs:// prefixes are supported")
+    return PosixStore(text)
+
+
+def scratch_copy(store: Store, key: str, directory: str | Path) -> Path | None:
+    """A local file holding a key's bytes: the store's own file when it is a directory, else a copy in `directory`."""
+    local = store.local_path(key)
+    if local is not None:
+        return local if local.exists() else None
+    data = store.read(key)
+    if data is None:
+        return None
+    fd, name = tempfile.mkstemp(prefix=".", suffix="." + Path(key).name, dir=directory)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return Path(name)

@@ -1,0 +1,457 @@
+"""Google Cloud Batch: the rffm-googlebatch executor (scripts/snakemake_executor_plugin_rffm_googlebatch).
+
+Real Snakemake, the real executor plugins and the GCS storage plugin against a local GCS emulator;
+only the Batch API and its VMs are faked (tests/executors/fake_batch.py). Each upstream defect we fix has a
+test that runs against both executors: ours must pass, upstream googlebatch 0.5.1 must fail it
+(strict xfail), so the test is known to detect the defect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO, tiny_config
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+IMAGE = f"us-central1-docker.pkg.dev/rffm-test/rffm/worker@{DIGEST}"
+PROJECT = "rffm-test"
+FAKE_BATCH = REPO / "tests" / "executors" / "fake_batch.py"
+JOB_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+UPSTREAM = pytest.param("googlebatch", marks=pytest.mark.xfail(strict=True, reason="upstream googlebatch 0.5.1 defect"))
+EXECUTORS = ["rffm-googlebatch", UPSTREAM]
+
+# A minimal workflow for the executor tests. Rule `ok`'s shell carries a command substitution that an
+# unquoted heredoc on the VM host would run there.
+EXECUTOR_SNAKEFILE = '''
+rule ok:
+    output:
+        "ok.txt",
+    shell:
+        """
+cat > {output} <<'END'
+$(echo not expanded on the host)
+END
+"""
+
+
+rule fail:
+    output:
+        "fail.txt",
+    shell:
+        "echo started; exit 3"
+
+
+rule trainModel:
+    output:
+        "model.txt",
+    shell:
+        "touch {output}"
+'''
+# A line reading EOF ends upstream's unquoted heredoc early (the rest runs as shell on the host).
+EOF_RULE = '''
+
+rule eof:
+    output:
+        "eof.txt",
+    shell:
+        """
+cat > {output} <<'END'
+EOF
+END
+"""
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """gcp-storage-emulator on 127.0.0.1 (in memory), stopped after this module."""
+    from gcp_storage_emulator.server import create_server
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def bucket_objects(emulator: str, bucket: str) -> dict[str, object]:
+    """name -> blob of every object in a bucket of the emulator."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator})
+    if client.lookup_bucket(bucket) is None:
+        return {}
+    return {blob.name: blob for blob in client.list_blobs(bucket)}
+
+
+def run_fake_batch(
+    workdir: Path, state: Path, emulator: str, *args: str, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """`snakemake <args>` in workdir with the fake Batch; returns the process and the fake's report."""
+    environ = {key: value for key, value in os.environ.items() if not key.startswith(("RFFM_", "FAKE_BATCH_", "SNAKEMAKE_"))}
+    environ.update({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "STORAGE_EMULATOR_HOST": emulator, **(env or {})})
+    command = [sys.executable, str(FAKE_BATCH), str(state), "--", *args]
+    result = subprocess.run(command, cwd=workdir, env=environ, capture_output=True, text=True, timeout=300)
+    report = json.loads((state / "jobs.json").read_text())
+    return result, report
+
+
+def output(result: subprocess.CompletedProcess) -> str:
+    return result.stdout[-3000:] + result.stderr[-8000:]
+
+
+def task_spec(job: dict) -> dict:
+    return job["request"]["job"]["task_groups"][0]["task_spec"]
+
+
+def instance(job: dict) -> dict:
+    return job["request"]["job"]["allocation_policy"]["instances"][0]
+
+
+def container(job: dict) -> dict:
+    return task_spec(job)["runnables"][-1]["container"]
+
+
+def rule_of(job: dict) -> str:
+    return job["request"]["job"]["labels"]["snakemake-job"]
+
+
+# ---- acceptance: the real profile, the tiny workflow, end to end through the bucket ----
+
+
+@pytest.fixture(scope="module")
+def repo_checkout(tmp_path_factory) -> Path:
+    """What a user runs from: a git checkout (the worker gets its git-tracked files) with the tiny config."""
+    checkout = tmp_path_factory.mktemp("checkout")
+    for name in ("workflow", "profiles", "envs"):
+        shutil.copytree(REPO / name, checkout / name)
+    shutil.copy(REPO / ".gitignore", checkout / ".gitignore")
+    (checkout / "config").mkdir()
+    (checkout / "config" / "config.yaml").write_text(yaml.safe_dump(tiny_config(), sort_keys=False))
+    subprocess.run(["git", "init", "-q"], cwd=checkout, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=checkout, check=True)
+    return checkout
+
+
+def profile_env(bucket: str, image: str = IMAGE) -> dict:
+    """The environment profiles/gcp-batch/config.yaml reads (README, Google Cloud)."""
+    return {
+        "RFFM_GCP_PROJECT": PROJECT,
+        "RFFM_GCS_BUCKET": bucket,
+        "RFFM_BATCH_SERVICE_ACCOUNT": f"rffm-batch@{PROJECT}.iam.gserviceaccount.com",
+        "RFFM_WORKER_IMAGE": image,
+    }
+
+
+# only timing is changed for the test: status checks every second, 5 s for outputs to appear
+FAST = ("--seconds-between-status-checks", "1", "--latency-wait", "5")
+
+
+@pytest.fixture(scope="module")
+def batch_run(repo_checkout, emulator, tmp_path_factory):
+    """`snakemake --profile profiles/gcp-batch` on the tiny workflow, every job run by the fake VMs."""
+    state = tmp_path_factory.mktemp("batch-state")
+    result, report = run_fake_batch(repo_checkout, state, emulator, "--profile", "profiles/gcp-batch", *FAST, env=profile_env("rffm-e2e"))
+    assert result.returncode == 0, output(result)
+    return {"result": result, "report": report, "jobs": {rule_of(job): job for job in report["jobs"]}}
+
+
+def test_profile_runs_the_workflow_end_to_end_through_the_bucket(batch_run, emulator, tmp_path):
+    """Acceptance 1: every result is in the bucket, verifies, and the cache never left the VM."""
+    report = batch_run["report"]
+    assert report["rejected"] == [] and len(report["jobs"]) == 5
+    assert all(job["state"] == "SUCCEEDED" and not job["running_at_exit"] for job in report["jobs"])
+    objects = bucket_objects(emulator, "rffm-e2e")
+    assert "rffm/results/runs/base/qualification/run_manifest.json" in objects
+    assert not [name for name in objects if name.startswith("rffm/scratch/")], "the hidden-state cache was uploaded"
+    results = tmp_path / "results"
+    for name, blob in objects.items():
+        if name.startswith("rffm/results/"):
+            target = results / name.removeprefix("rffm/results/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            blob.download_to_filename(target)
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(results)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_gpu_steps_get_an_l4_with_driver_and_cpu_steps_a_small_machine(batch_run):
+    jobs = batch_run["jobs"]
+    assert set(jobs) == {"stage-dataset", "pretrain-backbone", "train-build-cache-train-epoch", "select-checkpoint", "qualify"}
+    gpu = {"pretrain-backbone", "train-build-cache-train-epoch", "qualify"}
+    for rule, job in jobs.items():
+        policy = instance(job)
+        if rule in gpu:
+            assert policy["policy"]["machine_type"] == "g2-standard-8"
+            assert [(a["type_"], a["count"]) for a in policy["policy"]["accelerators"]] == [("nvidia-l4", "1")]
+            assert policy["install_gpu_drivers"] is True
+        else:
+            assert policy["policy"]["machine_type"] == "e2-standard-4"
+            assert policy["policy"]["accelerators"] == [] and policy["install_gpu_drivers"] is False
+
+
+def test_every_job_is_pinned_retry_free_long_enough_and_valid(batch_run):
+    for job in batch_run["jobs"].values():
+        spec, policy = task_spec(job), instance(job)["policy"]
+        assert JOB_ID.match(job["job_id"]), job["job_id"]
+        assert container(job)["image_uri"] == IMAGE
+        assert spec["max_retry_count"] == 0 and spec["max_run_duration"] == "86400s"
+        assert policy["provisioning_model"] == "PROVISIONING_MODEL_UNSPECIFIED"  # spot is opt-in
+        assert policy["boot_disk"]["image"] == "projects/batch-custom-image/global/images/family/batch-cos-stable-official"
+        assert policy["boot_disk"]["size_gb"] == "50"
+        assert spec["lifecycle_policies"][0]["action"] == "FAIL_TASK"
+        assert spec["lifecycle_policies"][0]["action_condition"]["exit_codes"] == [1]
+
+
+def test_the_cache_lives_on_the_local_ssd_grouped_with_the_epochs(batch_run):
+    job = batch_run["jobs"]["train-build-cache-train-epoch"]
+    disks = instance(job)["policy"]["disks"]
+    assert [(d["new_disk"]["type_"], d["new_disk"]["size_gb"], d["device_name"]) for d in disks] == [("local-ssd", "375", "rffm-scratch")]
+    assert [(v["device_name"], v["mount_path"]) for v in task_spec(job)["volumes"]] == [("rffm-scratch", "/mnt/disks/rffm-scratch")]
+    assert "/mnt/disks/rffm-scratch:/tmp/workdir/scratch" in container(job)["volumes"]  # config `scratch` of tiny.yaml
+    ssd = Path(job["sandbox"]) / "host" / "mnt" / "disks" / "rffm-scratch" / "tiny__mini"
+    assert (ssd / "sentinel.json").is_file() and (ssd / "train.hidden.bf16").is_file()
+    for rule in ("stage-dataset", "qualify"):
+        assert instance(batch_run["jobs"][rule])["policy"]["disks"] == []
+
+
+def test_provenance_names_the_batch_job_and_the_pinned_image(batch_run, emulator):
+    manifest = json.loads(bucket_objects(emulator, "rffm-e2e")["rffm/results/runs/base/qualification/run_manifest.json"].download_as_text())
+    names = {rule: job["name"] for rule, job in batch_run["jobs"].items()}
+    steps = manifest["provenance"]["steps"]
+    assert steps["build_cache"]["job_id"] == names["train-build-cache-train-epoch"]
+    assert steps["train_epoch"]["job_id"] == names["train-build-cache-train-epoch"]
+    assert steps["stage_dataset"]["job_id"] == names["stage-dataset"]
+    assert {step["executor"] for step in steps.values()} == {"googlebatch"}
+    assert {step["image"] for step in steps.values()} == {IMAGE}
+
+
+def test_a_finished_run_plans_nothing_although_the_cache_is_gone(batch_run, repo_checkout, emulator):
+    environ = {**os.environ, "STORAGE_EMULATOR_HOST": emulator, **profile_env("rffm-e2e")}
+    dry = subprocess.run(
+        [str(BIN / "snakemake"), "--profile", "profiles/gcp-batch", "-n"], cwd=repo_checkout, env=environ, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_spot_is_opt_in_and_means_spot(repo_checkout, emulator, tmp_path):
+    """The real profile with spot enabled for the first step (capture: the fake stops after it)."""
+    result, report = run_fake_batch(
+        repo_checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", *FAST, "--preemptible-rules", "stage_dataset",
+        env={**profile_env("rffm-spot"), "FAKE_BATCH_MODE": "capture"},
+    )  # fmt: skip
+    [job] = report["jobs"]
+    assert instance(job)["policy"]["provisioning_model"] == "SPOT", output(result)
+
+
+# ---- acceptance 3: a mutable image (or an unset profile variable) is refused before submission ----
+
+
+def test_a_mutable_image_is_refused_before_anything_is_submitted(repo_checkout, emulator, tmp_path):
+    image = "us-central1-docker.pkg.dev/rffm-test/rffm/worker:latest"
+    result, report = run_fake_batch(
+        repo_checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", env=profile_env("rffm-latest", image)
+    )
+    assert result.returncode != 0
+    assert report["jobs"] == [] and report["rejected"] == []
+    text = output(result)
+    assert f"RFFM_WORKER_IMAGE={image}: the worker image must be pinned by digest" in text and "Traceback" not in text
+
+
+def test_an_unset_profile_variable_is_refused_with_its_name(repo_checkout, emulator, tmp_path):
+    env = profile_env("rffm-unset")
+    del env["RFFM_GCP_PROJECT"]
+    result, report = run_fake_batch(repo_checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", env=env)
+    assert result.returncode != 0 and report["jobs"] == []
+    assert "RFFM_GCP_PROJECT is not set" in output(result)
+
+
+# ---- regression tests: each upstream defect, on a minimal workflow, against both executors ----
+
+
+@pytest.fixture
+def executor_workdir(tmp_path) -> Path:
+    workdir = tmp_path / "wf"
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(EXECUTOR_SNAKEFILE)
+    return workdir
+
+
+def executor_profile(workdir: Path, executor: str, bucket: str, **extra) -> str:
+    """A profile for either executor (same settings; the local SSD only where the plugin has it)."""
+    prefix = executor
+    profile = {
+        "executor": executor,
+        "jobs": 4,
+        "latency-wait": 3,
+        "seconds-between-status-checks": 1,
+        "retries": 0,
+        f"{prefix}-project": PROJECT,
+        f"{prefix}-region": "us-central1",
+        f"{prefix}-image-family": "batch-cos-stable-official",
+        f"{prefix}-image-project": "batch-custom-image",
+        f"{prefix}-container": IMAGE,
+        f"{prefix}-retry-count": 0,
+        "default-storage-provider": "gcs",
+        "default-storage-prefix": f"gs://{bucket}/wf",
+        "storage-gcs-project": PROJECT,
+        **extra,
+    }
+    directory = workdir / "profiles" / executor
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return str(directory)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_failing_rule_is_reported_failed(executor, executor_workdir, emulator, tmp_path):
+    """Upstream: the job's exit status is the trailing `pip install`'s, so Batch says SUCCEEDED."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-fail-{executor}")
+    result, report = run_fake_batch(executor_workdir, tmp_path / "state", emulator, "--profile", profile, "fail.txt")
+    [job] = report["jobs"]
+    assert result.returncode != 0
+    assert job["state"] == "FAILED", output(result)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_successful_rule_succeeds_on_a_vm_without_pypi_egress(executor, executor_workdir, emulator, tmp_path):
+    """Upstream pip-installs the storage plugin (and pins boto3) on every VM; the image has all of it."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-offline-{executor}")
+    result, report = run_fake_batch(
+        executor_workdir, tmp_path / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_PYPI": "offline"}
+    )
+    assert result.returncode == 0, output(result)
+    assert bucket_objects(emulator, f"rffm-offline-{executor}")["wf/ok.txt"].download_as_text() == "$(echo not expanded on the host)\n"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_transient_status_errors_neither_abort_the_run_nor_abandon_the_vm(executor, executor_workdir, emulator, tmp_path):
+    """Upstream: one 503 while polling aborts Snakemake and leaves the Batch job (a VM) running."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-flaky-{executor}")
+    faults = {"get_job": ["ServiceUnavailable", "DeadlineExceeded", "ServiceUnavailable"]}
+    result, report = run_fake_batch(
+        executor_workdir, tmp_path / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_FAULTS": json.dumps(faults)}
+    )
+    [job] = report["jobs"]
+    assert not job["running_at_exit"], "the run ended while its Batch job was still running"
+    assert result.returncode == 0 and job["state"] == "SUCCEEDED", output(result)
+    assert report["faults_raised"] == ["get_job: ServiceUnavailable", "get_job: DeadlineExceeded", "get_job: ServiceUnavailable"]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_job_whose_status_cannot_be_read_is_deleted_not_abandoned(executor, executor_workdir, emulator, tmp_path):
+    """A non-transient status error (lost permission): the step fails and its VM is deleted."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-denied-{executor}")
+    faults = {"get_job": ["PermissionDenied"]}
+    result, report = run_fake_batch(
+        executor_workdir, tmp_path / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_FAULTS": json.dumps(faults)}
+    )
+    [job] = report["jobs"]
+    assert result.returncode != 0
+    assert job["deleted"] and not job["running_at_exit"], output(result)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_transient_error_on_submission_is_retried(executor, executor_workdir, emulator, tmp_path):
+    """Upstream: a 503 from create_job ends the run."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-submit-{executor}")
+    faults = {"create_job": ["ServiceUnavailable"]}
+    result, report = run_fake_batch(
+        executor_workdir, tmp_path / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_FAULTS": json.dumps(faults)}
+    )
+    assert report["faults_raised"] == ["create_job: ServiceUnavailable"]
+    assert result.returncode == 0 and [job["state"] for job in report["jobs"]] == ["SUCCEEDED"], output(result)
+
+
+@pytest.fixture(scope="module")
+def captured(emulator, tmp_path_factory):
+    """Capture mode, once per executor: the job `ok` as submitted (spot, g2 type, boot disk size, local SSD)."""
+    runs = {}
+
+    def capture(executor: str) -> dict:
+        if executor not in runs:
+            workdir = tmp_path_factory.mktemp(f"capture-{executor}")
+            (workdir / "Snakefile").write_text(EXECUTOR_SNAKEFILE + EOF_RULE)
+            extra = {
+                "preemptible-rules": ["ok"],
+                f"{executor}-boot-disk-gb": 100,  # no boot-disk-image: the family must be kept
+                "set-resources": {"ok": {"googlebatch_local_ssd_gb": 375, "googlebatch_machine_type": "g2-standard-8"}},
+                "config": {"scratch": "cache"},
+            }
+            profile = executor_profile(workdir, executor, f"rffm-capture-{executor}", **extra)
+            result, report = run_fake_batch(
+                workdir, workdir / "state", emulator, "--profile", profile, "ok.txt", env={"FAKE_BATCH_MODE": "capture"}
+            )
+            assert len(report["jobs"]) == 1, output(result)
+            runs[executor] = {"job": report["jobs"][0], "snakefile": (workdir / "Snakefile").read_text()}
+        return runs[executor]
+
+    return capture
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_spot_rules_request_spot_vms(executor, captured):
+    """Upstream asks for legacy PREEMPTIBLE VMs."""
+    assert instance(captured(executor)["job"])["policy"]["provisioning_model"] == "SPOT"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_gpu_machine_type_gets_the_gpu_driver(executor, captured):
+    """Upstream installs the driver only with the `nvidia_gpu` resource, not for a g2 machine type alone."""
+    job = captured(executor)["job"]
+    assert instance(job)["policy"]["machine_type"] == "g2-standard-8"
+    assert instance(job)["install_gpu_drivers"] is True
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_boot_disk_size_keeps_the_boot_image(executor, captured):
+    """Upstream drops the image family when only the boot disk size or type is set."""
+    disk = instance(captured(executor)["job"])["policy"]["boot_disk"]
+    assert disk["size_gb"] == "100"
+    assert disk.get("image") == "projects/batch-custom-image/global/images/family/batch-cos-stable-official"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_local_ssd_is_attached_and_mounted_at_the_cache_directory(executor, captured):
+    """Upstream has no way to attach a local SSD."""
+    job = captured(executor)["job"]
+    assert [d["device_name"] for d in instance(job)["policy"]["disks"]] == ["rffm-scratch"]
+    assert [v["mount_path"] for v in task_spec(job)["volumes"]] == ["/mnt/disks/rffm-scratch"]
+    assert "/mnt/disks/rffm-scratch:/tmp/workdir/cache" in container(job)["volumes"]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_the_snakefile_reaches_the_vm_verbatim(executor, captured):
+    """Upstream writes it through an unquoted heredoc: $(...) runs on the host, a line EOF cuts it."""
+    run = captured(executor)
+    written = Path(run["job"]["sandbox"]) / "host" / "tmp" / "workdir" / "Snakefile"
+    assert written.read_text() == run["snakefile"]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_job_ids_are_valid_for_any_rule_name(executor, executor_workdir, emulator, tmp_path):
+    """Upstream keeps upper case (rule trainModel): Batch rejects the job id."""
+    profile = executor_profile(executor_workdir, executor, f"rffm-ids-{executor}")
+    result, report = run_fake_batch(
+        executor_workdir, tmp_path / "state", emulator, "--profile", profile, "model.txt", env={"FAKE_BATCH_MODE": "capture"}
+    )
+    assert report["rejected"] == [], output(result)
+    [job] = report["jobs"]
+    assert JOB_ID.match(job["job_id"]) and job["job_id"].startswith("trainmodel-")

@@ -1,0 +1,95 @@
+"""The tiny workflow through a real single-node SLURM cluster with profiles/slurm (SPEC section 6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import slurm_cluster
+
+from conftest import REPO, snakemake, tiny_config, write_config
+from rffm.records.files import read_json, sha256_file
+
+PROFILE = REPO / "profiles" / "slurm"
+# Test-only overrides: no slurmdbd here, so job states come from squeue (research/slurm.md §3), polled every second.
+FAST_POLLING = (
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--seconds-between-status-checks",
+    "1",
+)
+GPU_RULES = {"pretrain_backbone", "build_cache", "train_epoch", "qualify"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """munged + slurmctld + slurmd on 127.0.0.1, started here and stopped by PID."""
+    reason = slurm_cluster.unavailable_reason()
+    if reason:
+        if os.environ.get("RFFM_REQUIRE_SLURM") == "1":  # set by .ci/run, which installs SLURM
+            pytest.fail(f"RFFM_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    with slurm_cluster.LocalSlurm() as running:
+        yield running
+
+
+def test_the_slurm_profile_combines_with_the_workflow_profile(monkeypatch):
+    """What Snakemake makes of `--profile profiles/slurm` plus the automatic profiles/default in this checkout."""
+    from snakemake.cli import parse_args
+
+    monkeypatch.chdir(REPO)
+    _, args = parse_args(["--profile", "profiles/slurm", "-n"])
+    assert args.executor == "slurm" and args.jobs == 50 and args.cores is None  # nothing caps threads at this host's cores
+    assert args.printshellcmds and args.rerun_incomplete  # from profiles/default
+    assert args.default_resources["slurm_partition"].raw == "cpu" and args.default_resources["mem_mb"].value == 4000
+    for rule in GPU_RULES:
+        assert args.set_resources[rule]["gpu"].value == 1 and args.set_resources[rule]["slurm_partition"].raw == "gpu"
+    assert args.groups == {"build_cache": "cache_and_epochs", "train_epoch": "cache_and_epochs"}
+    assert len(args.rerun_triggers) == 5
+
+
+def slurm_jobs() -> dict[str, tuple[str, str]]:
+    """Every job slurmctld still remembers (MinJobAge=300 s): id -> (state, comment = Snakemake rule)."""
+    listing = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T|%k"], capture_output=True, text=True, check=True).stdout
+    return {job: (state, comment) for job, state, comment in (line.split("|", 2) for line in listing.splitlines())}
+
+
+@pytest.mark.workflow
+def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, finished_workdir: Path):
+    config = tiny_config()
+    config["scratch_node_local"] = True
+    write_config(fresh_workdir, config)
+    snakemake(fresh_workdir, "--profile", str(PROFILE), *FAST_POLLING, timeout=420)
+
+    jobs = slurm_jobs()
+    assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
+    manifest = read_json(fresh_workdir / "results/runs/base/qualification/run_manifest.json")
+    steps = manifest["provenance"]["steps"]
+    for rule, step in steps.items():
+        assert step["executor"] == "slurm" and step["job_id"] in jobs, (rule, step)
+        partition = "gpu" if rule in GPU_RULES else "cpu"
+        assert step["provider"]["SLURM_JOB_PARTITION"] == partition, (rule, step["provider"])
+        assert step["provider"]["SLURM_JOB_NODELIST"] == "localhost" and step["provider"]["SLURM_CLUSTER_NAME"] == "rffmtest"
+    epochs = steps["train_epoch"]["jobs"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    # the cache build and the epochs ran as one group job on one node; every other step as its own job
+    assert {e["job_id"] for e in epochs} == {steps["build_cache"]["job_id"]}
+    assert jobs[steps["build_cache"]["job_id"]][1].startswith("rule_cache_and_epochs")
+    others = [steps[r]["job_id"] for r in ("stage_dataset", "pretrain_backbone", "select_checkpoint", "qualify")]
+    assert len(set(others + [steps["build_cache"]["job_id"]])) == 5
+    logs = {p.stem for p in (fresh_workdir / ".snakemake/slurm_logs").rglob("*.log")}
+    assert logs == set(jobs)
+    assert not (fresh_workdir / "scratch/tiny__mini").exists(), "the node-local cache outlived its group job"
+
+    launched = manifest["provenance"]["launch_profile"]
+    assert launched["sha256"] == sha256_file(PROFILE / "config.yaml") and Path(launched["path"]) == PROFILE / "config.yaml"
+    kept = fresh_workdir / "results/runs/base/launch/slurm/config.yaml"
+    assert kept.read_bytes() == (PROFILE / "config.yaml").read_bytes()
+    assert (
+        manifest["selection"]["artifact_sha256"]
+        == read_json(finished_workdir / "results/runs/base/selection/selection.json")["artifact_sha256"]
+    )

@@ -1,0 +1,87 @@
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from conftest import import_checkpoint, make_backbone, stage
+from rffm.config import entry_defaults
+from rffm.data.splits import map_iq, read_split
+from rffm.errors import IntegrityError
+from rffm.model import backbone
+from rffm.model import pretraining as pretrain
+from rffm.records import step as step_module
+from rffm.records.files import sha256_file
+
+DATASET = {
+    "name": "t",
+    "source": "synthetic",
+    "seed": 1,
+    "synthetic": {"classes": ["BPSK", "WBFM"], "snr_db": {"min": 10, "max": 10, "step": 1}, "examples_per_class_snr": 20, "length": 32},
+}
+BACKBONE = {
+    "name": "b",
+    "source": "pretrain",
+    "dataset": "t",
+    "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2},
+    "pretrain": {"epochs": 2, "batch_size": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("ds")
+    stage(DATASET, directory)
+    return directory
+
+
+@pytest.mark.parametrize("objective", pretrain.OBJECTIVES)
+def test_pretraining_reduces_its_loss_and_is_deterministic(dataset_dir: Path, tmp_path: Path, objective: str):
+    spec = {**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "epochs": 6, "objective": objective}}
+    make_backbone(spec, dataset_dir, tmp_path / "a")
+    make_backbone(spec, dataset_dir, tmp_path / "b")
+    losses = __import__("json").loads((tmp_path / "a/pretrain_log.json").read_text())["loss_by_epoch"]
+    assert losses[-1] < losses[0]
+    assert sha256_file(tmp_path / "a/backbone.pt") == sha256_file(tmp_path / "b/backbone.pt")
+
+
+def test_random_source_is_the_seeded_initializer(dataset_dir: Path, tmp_path: Path):
+    make_backbone({**BACKBONE, "source": "random"}, dataset_dir, tmp_path)
+    loaded = backbone.load(tmp_path / "backbone.pt")
+    fresh = backbone.build(loaded.arch, 0)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), fresh.state_dict().values(), strict=True))
+
+
+def test_pretraining_never_reads_labels(dataset_dir: Path, tmp_path: Path, monkeypatch):
+    scrambled = tmp_path / "scrambled-ds"
+    shutil.copytree(dataset_dir, scrambled)
+    with h5py.File(scrambled / "train.h5", "r+") as handle:
+        handle["label"][...] = -1
+    # the edited split no longer matches its sentinel: let the step read it anyway
+    monkeypatch.setattr(step_module, "require_intact", lambda *args: {})
+    make_backbone(BACKBONE, scrambled, tmp_path / "scrambled")
+    make_backbone(BACKBONE, dataset_dir, tmp_path / "real")
+    assert sha256_file(tmp_path / "scrambled/backbone.pt") == sha256_file(tmp_path / "real/backbone.pt")
+
+
+def test_pretraining_gathers_batches_from_a_memory_map(dataset_dir: Path):
+    mapped = map_iq(dataset_dir / "train.h5")
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, read_split(dataset_dir / "train.h5")["iq"])
+    spec = entry_defaults("backbones", BACKBONE)
+    arch = backbone.BackboneArch(length=mapped.shape[-1], **spec["arch"])
+    options = spec["pretrain"]
+    from_map, _ = pretrain.pretrain_weights(arch, mapped, options)
+    in_memory, _ = pretrain.pretrain_weights(arch, np.array(mapped), options)
+    assert all(torch.equal(a, b) for a, b in zip(from_map.state_dict().values(), in_memory.state_dict().values(), strict=True))
+
+
+def test_import_checks_the_expected_sha256(dataset_dir: Path, tmp_path: Path):
+    make_backbone(BACKBONE, dataset_dir, tmp_path / "made")
+    source = tmp_path / "made/backbone.pt"
+    spec = {"name": "user", "source": "checkpoint", "path": str(source), "sha256": sha256_file(source)}
+    import_checkpoint(spec, tmp_path / "imported")
+    assert sha256_file(tmp_path / "imported/backbone.pt") == spec["sha256"]
+    with pytest.raises(IntegrityError, match="config expects"):
+        import_checkpoint({**spec, "sha256": "0" * 64}, tmp_path / "other")

@@ -1,0 +1,100 @@
+import io
+import re
+
+import pytest
+
+from rffm.runtime.progress import Progress
+
+
+def test_non_tty_progress_is_plain_rate_limited_lines(monkeypatch):
+    clock = iter([0.0, 0.0] + [0.5 * i for i in range(1, 200)])
+    monkeypatch.setattr("rffm.runtime.progress.time.monotonic", lambda: next(clock))
+    stream = io.StringIO()
+    progress = Progress("build_cache", total=100, unit="batch", stream=stream, interval_s=10.0)
+    for _ in range(100):
+        progress.update(1)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    # 100 updates over 50 s of fake time at one line per 10 s, plus the final line
+    assert 4 <= len(lines) <= 6
+    assert all(re.match(r"\[build_cache\] \d+/100 batch \(\d+%\) [\d.]+ batch/s elapsed [\d.]+s eta \d+s", line) for line in lines)
+    assert lines[-1].startswith("[build_cache] 100/100 batch (100%)")
+    assert "\r" not in stream.getvalue()
+
+
+def test_terminal_progress_is_a_bar_with_rate_and_eta(monkeypatch):
+    """On a real pseudo-terminal the same calls draw a tqdm bar (carriage returns, rate, ETA)."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    monkeypatch.delenv("RFFM_PLAIN_PROGRESS", raising=False)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a 120-column terminal
+    with os.fdopen(slave, "w") as terminal:
+        progress = Progress("qualify", total=50, unit="example", stream=terminal)
+        for _ in range(50):
+            progress.update(1)
+        progress.close()
+        terminal.flush()
+        chunks = []
+        while select.select([master], [], [], 0.2)[0]:
+            chunks.append(os.read(master, 65536))
+        drawn = b"".join(chunks).decode()
+    os.close(master)
+    assert progress.bar is not None
+    assert "\r" in drawn and "qualify" in drawn and "50/50" in drawn
+    assert re.search(r"<\d\d:\d\d", drawn) and "example/s" in drawn  # ETA and rate
+
+
+def test_a_real_staging_log_is_line_based_and_rate_limited(tmp_path):
+    """`rffm stage` (the command stage_dataset runs) with stderr captured to a file, as in a cluster log."""
+    import json
+    import os
+    import subprocess
+
+    from conftest import BIN
+
+    spec = {"name": "big", "source": "synthetic", "seed": 1, "synthetic": {"examples_per_class_snr": 30, "length": 128}}
+    log = tmp_path / "stage.log"
+    env = {k: v for k, v in os.environ.items() if k != "RFFM_PLAIN_PROGRESS"} | {"RFFM_PROGRESS_INTERVAL": "0.25"}
+    with open(log, "w") as handle:
+        subprocess.run(
+            [str(BIN / "rffm"), "stage_dataset", "--spec", json.dumps(spec), "--out-dir", str(tmp_path / "out")],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=True,
+        )
+    text = log.read_text()
+    assert "\r" not in text and "\x1b" not in text  # no bar redraws or terminal escapes in a file
+    pattern = re.compile(r"\[stage_dataset big\] (\d+)/6600 example \(\d+%\) [\d.]+ example/s elapsed ([\d.]+)s eta \d+s$")
+    matches = [pattern.match(line) for line in text.splitlines() if " example (" in line]  # notes aside
+    assert all(matches), text
+    elapsed = [float(m.group(2)) for m in matches]
+    done = [int(m.group(1)) for m in matches]
+    assert len(matches) >= 3, text  # periodic lines while it runs, not one at the end
+    assert done[-1] == 6600 and done == sorted(done)
+    # rate-limited: consecutive lines (except the final one) at least the interval apart (0.1 s of print rounding)
+    assert all(b - a >= 0.25 - 0.1 for a, b in zip(elapsed[:-2], elapsed[1:-1], strict=True)), elapsed
+    assert len(matches) <= elapsed[-1] / 0.25 + 2
+
+
+@pytest.mark.workflow
+def test_every_long_step_of_the_workflow_logs_plain_progress(finished_workdir):
+    logs = finished_workdir / "results/logs"
+    steps = {
+        "stage_dataset/tiny.log": "stage_dataset tiny",
+        "pretrain_backbone/mini.log": "pretrain_backbone",
+        "build_cache/tiny__mini.log": "build_cache",
+        "train_epoch/base/1.log": "train_epoch base/1",
+        "qualify/base.log": "qualify (test split)",
+    }
+    for log, name in steps.items():
+        text = (logs / log).read_text()
+        assert "\r" not in text, log
+        final = [line for line in text.splitlines() if line.startswith(f"[{name}] ") and "(100%)" in line]
+        assert len(final) == 1 and re.search(r"/s elapsed [\d.]+s eta 0s", final[0]), (log, text)

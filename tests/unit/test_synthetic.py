@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+
+from rffm.data import synthetic
+
+
+def small(**overrides) -> synthetic.SyntheticSpec:
+    return synthetic.SyntheticSpec(**{"snr_db": [0.0, 10.0], "examples_per_class_snr": 3, "length": 64, **overrides})
+
+
+def test_generation_is_deterministic_and_unit_power():
+    iq, labels, snr = synthetic.generate(small(), seed=3)
+    again, _, _ = synthetic.generate(small(), seed=3)
+    assert iq.shape == (11 * 2 * 3, 2, 64) and iq.dtype == np.float32
+    assert np.array_equal(iq, again)
+    power = (iq**2).sum(axis=1).mean(axis=1)
+    assert np.allclose(power, 1.0, atol=1e-4)
+    assert np.bincount(labels).tolist() == [6] * 11
+    assert sorted(set(snr.tolist())) == [0.0, 10.0]
+
+
+def test_a_class_subset_keeps_the_other_strata_unchanged():
+    full, labels, _ = synthetic.generate(small(), seed=1)
+    subset, _, _ = synthetic.generate(small(classes=["QPSK", "WBFM"]), seed=1)
+    qpsk = synthetic.CLASSES.index("QPSK")
+    assert np.array_equal(subset[:6], full[labels == qpsk])
+
+
+def test_constellations_have_unit_power_and_the_right_size():
+    for name, size in {"BPSK": 2, "QPSK": 4, "8PSK": 8, "16QAM": 16, "64QAM": 64, "PAM4": 4}.items():
+        points = synthetic.constellation(name)
+        assert len(points) == size
+        assert np.isclose(np.mean(np.abs(points) ** 2), 1.0)
+
+
+def test_rrc_taps_have_unit_energy():
+    taps = synthetic.rrc_taps(0.35, 8, 8)
+    assert np.isclose(np.sum(taps**2), 1.0)
+
+
+def test_low_snr_is_noisier_than_high_snr():
+    spec = small(classes=["BPSK"], snr_db=[-20.0, 18.0], examples_per_class_snr=20)
+    iq, _, snr = synthetic.generate(spec, seed=0)
+    z = iq[:, 0] + 1j * iq[:, 1]
+    # BPSK at high SNR is nearly constant-envelope-free of noise: check the squared signal's coherence
+    coherence = np.abs(np.mean(z**2, axis=1))
+    assert coherence[snr == 18].mean() > 3 * coherence[snr == -20].mean()
+
+
+def test_unknown_class_is_refused():
+    with pytest.raises(ValueError, match="unknown synthetic classes"):
+        synthetic.generate(small(classes=["BPSK", "OOK"]), seed=0)

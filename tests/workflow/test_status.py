@@ -1,0 +1,99 @@
+"""`rffm status` on a results tree with runs in different states."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import tiny_config
+from rffm.cli import main
+from rffm.ops.status import state_of
+
+pytestmark = pytest.mark.workflow
+
+
+def table(capsys) -> tuple[dict[str, list[str]], list[str]]:
+    """Rows of the printed table by run name (cells split on runs of 2+ spaces), and the other lines."""
+    import re
+
+    lines = capsys.readouterr().out.splitlines()
+    header = re.split(r"\s{2,}", lines[0])
+    rows, rest = {}, []
+    for line in lines[1:]:
+        cells = re.split(r"\s{2,}", line)
+        if len(cells) == len(header):
+            rows[cells[0]] = dict(zip(header, cells, strict=True))
+        else:
+            rest.append(line)
+    return rows, rest
+
+
+@pytest.fixture
+def three_runs(workdir: Path) -> Path:
+    """The finished tiny tree plus copies of its run cut back to 'selected' and to 'mid-training'."""
+    runs = workdir / "results/runs"
+    shutil.copytree(runs / "base", runs / "picked", symlinks=True)
+    shutil.rmtree(runs / "picked/qualification")
+    shutil.rmtree(runs / "picked/report/qualification")
+    shutil.copytree(runs / "base", runs / "midway", symlinks=True)
+    for done in ("epochs/2", "epochs/3", "selection", "qualification", "report", "profiling"):
+        shutil.rmtree(runs / "midway" / done)
+    config = tiny_config()
+    for name in ("picked", "midway", "queued"):
+        config["runs"][name] = config["runs"]["base"]
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    return workdir
+
+
+def test_status_shows_each_run_state_from_its_sentinels(three_runs: Path, capsys):
+    assert main(["status", str(three_runs / "results"), "--config", str(three_runs / "config.yaml")]) == 0
+    rows, rest = table(capsys)
+    state = {run: (row["state"], row["epochs"], row["selected"], row["test acc"] != "-", row["verify (fast)"]) for run, row in rows.items()}
+    assert state == {
+        "base": ("qualified", "3/3", "1", True, "ok"),
+        "picked": ("selected", "3/3", "1", False, "ok"),
+        "midway": ("training", "1/3", "-", False, "ok"),
+        "queued": ("pending", "0/3", "-", False, "ok"),
+    }
+    # one distinct artifact has been evaluated on the tiny test split; every run of that split sees it
+    assert {row["test exposure"] for row in rows.values()} == {"1"}
+    assert rows["base"]["artifact"] == rows["picked"]["artifact"] != "-"
+    assert rows["midway"]["best val_accuracy @epoch"].endswith("@1")
+    assert rest == [f"run manifest: {three_runs}/results/runs/base/qualification/run_manifest.json"]
+
+
+def test_status_flags_a_damaged_run_and_names_the_file(three_runs: Path, capsys):
+    selection = three_runs / "results/runs/picked/selection/selection.json"
+    selection.write_text(selection.read_text().replace('"mode": "max"', '"mode": "min"'))
+    main(["status", str(three_runs / "results"), "--config", str(three_runs / "config.yaml")])
+    rows, rest = table(capsys)
+    assert rows["picked"]["verify (fast)"] == "BROKEN (1)" and rows["base"]["verify (fast)"] == "ok"
+    assert len([line for line in rest if line.startswith("BROKEN")]) == 1 and str(selection) in rest[0]
+    main(["status", str(three_runs / "results"), "--full"])
+    rows, _ = table(capsys)
+    assert rows["picked"]["verify (full)"] == "BROKEN (1)"
+
+
+def test_without_a_config_the_plan_is_unknown(three_runs: Path, capsys, monkeypatch):
+    monkeypatch.chdir(three_runs)  # no config/config.yaml here
+    main(["status", "results"])
+    rows, _ = table(capsys)
+    assert {run: (row["state"], row["epochs"]) for run, row in rows.items()} == {
+        "base": ("qualified", "3/?"),
+        "picked": ("selected", "3/?"),
+        "midway": ("training", "1/?"),
+    }
+    (three_runs / "config").mkdir()
+    shutil.copy(three_runs / "config.yaml", three_runs / "config/config.yaml")  # its `results` is this tree
+    main(["status", "results"])
+    rows, _ = table(capsys)
+    assert rows["midway"]["epochs"] == "1/3" and rows["queued"]["state"] == "pending"
+
+
+def test_more_planned_epochs_turn_a_finished_run_back_to_training():
+    assert state_of(3, 6, selected=True, qualified=True) == "training"
+    assert state_of(3, 3, selected=False, qualified=False) == "trained"
+    assert state_of(0, None, selected=False, qualified=False) == "pending"

@@ -1,0 +1,127 @@
+"""Invalidation guarantees of the real workflow on the tiny configuration (SPEC section 4)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, SNAKEFILE, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+EPOCHS = [f"train_epoch[run=base, epoch={e}]" for e in (1, 2, 3)]
+EVERY_JOB = sorted(
+    ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
+    + EPOCHS
+    + ["select_checkpoint[run=base]", "qualify[run=base]"]
+    + ["plot_training[run=base]", "summarize_manifest[run=base]"]  # report figures (rules/report.smk)
+    + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]"]  # the tiny run is profiled
+)
+
+
+def test_fresh_dry_run_lists_the_whole_plan(fresh_workdir: Path):
+    assert planned_jobs(fresh_workdir) == EVERY_JOB
+    assert not (fresh_workdir / "results").exists()
+
+
+def test_complete_run_has_nothing_to_do(workdir: Path):
+    assert planned_jobs(workdir) == []
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
+
+
+def test_touching_every_file_reruns_nothing(workdir: Path):
+    files = [p for root in ("results", "scratch") for p in (workdir / root).rglob("*") if p.is_file()]
+    assert len(files) > 30
+    later = time.time() + 5
+    for path in files:
+        os.utime(path, (later, later))
+    assert planned_jobs(workdir) == []
+
+
+def test_head_lr_change_reruns_only_epochs_and_selection(workdir: Path):
+    config = tiny_config()
+    config["runs"]["base"]["train"]["lr"] = 0.02
+    write_config(workdir, config)
+    assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]", "plot_training[run=base]"])
+
+
+def test_more_epochs_run_only_the_new_ones(workdir: Path):
+    config = tiny_config()
+    config["runs"]["base"]["train"]["epochs"] = 6
+    write_config(workdir, config)
+    new = [f"train_epoch[run=base, epoch={e}]" for e in (4, 5, 6)]
+    assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]", "plot_training[run=base]"])
+
+
+def test_staging_seed_change_reruns_everything(workdir: Path):
+    config = tiny_config()
+    config["datasets"]["tiny"]["seed"] = 12
+    write_config(workdir, config)
+    assert planned_jobs(workdir) == EVERY_JOB
+
+
+def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch):
+    """A different code digest for the selection step reruns selection (and qualification)."""
+    from rffm.records import code
+
+    assert code.code_digest("steps.select_checkpoint") != code.code_digest("steps.train_epoch")
+    # simulate an edit of rffm/steps/select_checkpoint.py by changing the digest the workflow computes
+    sitecustomize = workdir / "sitecustomize.py"
+    sitecustomize.write_text(
+        "import rffm.records.code as c\n_real = c.code_digest\n"
+        "c.code_digest = lambda m: ('edited' + _real(m)) if m == 'steps.select_checkpoint' else _real(m)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    reports = ["plot_training[run=base]", "summarize_manifest[run=base]"]
+    assert planned_jobs(workdir) == sorted(["qualify[run=base]", "select_checkpoint[run=base]"] + reports)
+
+
+def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_workdir: Path, finished_workdir: Path):
+    command = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(fresh_workdir),
+        "--configfile",
+        str(fresh_workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    sigkill_once_started(command, fresh_workdir, env, fresh_workdir / "results/logs/train_epoch/base/2.log")
+    epoch2 = fresh_workdir / "results/runs/base/epochs/2"
+    assert not (epoch2 / "sentinel.json").exists(), "epoch 2 finished before the kill; the test did not interrupt it"
+
+    unlocked = subprocess.run([str(BIN / "rffm"), "unlock", str(fresh_workdir)], capture_output=True, text=True, check=True)
+    assert "removed the lock of a killed run" in unlocked.stdout
+    snakemake(fresh_workdir, "--rerun-incomplete")
+
+    for name in ("epochs/3/checkpoint.pt", "epochs/3/sentinel.json", "selection/selection.json", "selection/sentinel.json"):
+        resumed = (fresh_workdir / "results/runs/base" / name).read_bytes()
+        uninterrupted = (finished_workdir / "results/runs/base" / name).read_bytes()
+        assert resumed == uninterrupted, name
+    artifacts = sorted(p.name for p in (fresh_workdir / "results/runs/base/selection/artifact").iterdir())
+    assert artifacts == sorted(p.name for p in (finished_workdir / "results/runs/base/selection/artifact").iterdir())
+
+
+def test_profiling_run_writes_traces_and_the_lifecycle_summary(finished_workdir: Path):
+    import json
+
+    profiling = finished_workdir / "results/runs/base/profiling"
+    traces = sorted(p.name for p in profiling.glob("*.trace.json"))
+    assert traces == [
+        "cache_build.trace.json",
+        "epoch1_train.trace.json",
+        "epoch1_val.trace.json",
+        "epoch2_train.trace.json",
+        "epoch2_val.trace.json",
+    ]
+    summary = json.loads((profiling / "cache_lifecycle_summary.json").read_text())
+    assert summary["run"] == "base" and summary["traces"] == traces
+    assert {"cache_build.backbone", "cache_build.memmap_assign", "epoch1.prefetch_wait", "epoch2.memmap_read"} <= set(summary["phases"])
+    assert not (finished_workdir / "results/runs/base/epochs/3/profiling").exists()
