@@ -76,7 +76,6 @@ def build_cache(args: argparse.Namespace) -> None:
         args.provenance,
         batch_size=args.batch_size,
         disk_headroom=args.disk_headroom,
-        full_hash=args.full_hash,
         batch_profile=args.batch_profile,
         device=device,
         profile_dirs=args.profile_dir,
@@ -283,7 +282,6 @@ def parser() -> argparse.ArgumentParser:
     )
     backbone_pass(sub)
     profiling(sub)
-    sub.add_argument("--full-hash", action="store_true", help="also record each cache file's full sha256")
     sub.add_argument("--disk-headroom", type=float, required=True, help="required free scratch space / cache size (0: no check)")
     sub = verb(train_epoch, "Train one epoch of the head from cached hidden states.", "runs", True, "--cache-dir", "--out-dir")
     sub.add_argument("--epoch", type=int, required=True)

@@ -61,7 +61,6 @@ def slurm_jobs() -> dict[str, tuple[str, str]]:
 @pytest.mark.workflow
 def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, finished_workdir: Path):
     config = tiny_config()
-    config["scratch_node_local"] = True
     write_config(fresh_workdir, config)
     snakemake(fresh_workdir, "--profile", str(PROFILE), *FAST_POLLING, timeout=420)
 

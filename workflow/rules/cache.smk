@@ -20,13 +20,12 @@ rule build_cache:
         cache_profile_batches=cache_profile_batches,
     params:
         code=CODE["build_cache"],
-        full_hash="--full-hash" if config["cache"]["full_hash"] else "",
         dataset_dir=input_dir("dataset"),
         backbone_dir=input_dir("backbone"),
         out_dir=output_dir("sentinel"),
     shell:
         "rffm build_cache --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
-        " --disk-headroom {resources.disk_headroom} {params.full_hash} --device {resources.device}"
+        " --disk-headroom {resources.disk_headroom} --device {resources.device}"
         " --profile-dir {resources.cache_profile_dirs} --profile-batches {resources.cache_profile_batches}"
         " --threads {threads} --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir}"
         " --out-dir {params.out_dir} --provenance {output.provenance} > {log} 2>&1"

@@ -80,8 +80,7 @@ wildcard_constraints:
 # that read them, rebuilt when an epoch needs them again. On that VM (remote mode) they are plain
 # local files under `scratch` (the local SSD), which Snakemake never uploads.
 ON_STORAGE = workflow.storage_settings.default_storage_provider is not None
-# SLURM and other shared-filesystem clusters opt in with scratch_node_local (a per-node scratch disk)
-NODE_LOCAL_CACHE = ON_STORAGE or config["scratch_node_local"]
+NODE_LOCAL_CACHE = ON_STORAGE
 
 # profiles/gcp-batch reads the bucket from the environment: name a missing variable before any path
 # is resolved against the storage prefix.
