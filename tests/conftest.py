@@ -39,14 +39,23 @@ def import_checkpoint(spec: dict, out_dir: Path) -> Path:
     return import_backbone.run(entry_defaults("backbones", spec), out_dir)
 
 
-def cache_build(dataset_dir: Path, backbone_dir: Path, out_dir: Path, provenance: Path, **options) -> Path:
+def cache_options(**options) -> dict:
+    """How build_cache runs (the schema's defaults, overridden by `options`)."""
     cache = entry_defaults("cache", {})
-    options = {"batch_size": cache["batch_size"], "disk_headroom": cache["disk_headroom"], **options}
-    return build_cache.run(dataset_dir, backbone_dir, out_dir, provenance, **options)
+    return {"batch_size": cache["batch_size"], "disk_headroom": cache["disk_headroom"], **options}
 
 
-def train_one_epoch(spec: dict, cache_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, **options) -> Path:
-    return train_epoch.run(entry_defaults("runs", spec), cache_dir, number, previous_dir, out_dir, **options)
+def cache_build(dataset_dir: Path, backbone_dir: Path, record_dir: Path, scratch: Path, **options) -> Path:
+    """build_cache: the record in record_dir (results/caches/<d>__<b>), the memo under scratch."""
+    return build_cache.run(dataset_dir, backbone_dir, record_dir, scratch, **cache_options(**options))
+
+
+def train_one_epoch(
+    spec: dict, record_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, scratch: Path, **options
+) -> Path:
+    """train_epoch as the rule runs it (cache options from the schema's defaults)."""
+    options.setdefault("cache_options", cache_options())
+    return train_epoch.run(entry_defaults("runs", spec), record_dir, number, previous_dir, out_dir, scratch=scratch, **options)
 
 
 def tiny_config() -> dict:
@@ -81,7 +90,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True, **popen) -> subproc
     return result
 
 
-JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+JOB_HEADER = re.compile(r"^\s*(?:local)?(?:rule|checkpoint) (\w+):$")  # indented: a member of a group job
 WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
 
 

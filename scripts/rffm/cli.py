@@ -73,12 +73,13 @@ def build_cache(args: argparse.Namespace) -> None:
         args.dataset_dir,
         args.backbone_dir,
         args.out_dir,
-        args.provenance,
+        args.scratch,
         batch_size=args.batch_size,
         disk_headroom=args.disk_headroom,
         batch_profile=args.batch_profile,
         device=device,
-        profile_dirs=args.profile_dir,
+        store=args.store,
+        profile_runs=args.profile_runs or [],
         profile_batches=args.profile_batches,
     )
 
@@ -89,21 +90,23 @@ def train_epoch(args: argparse.Namespace) -> None:
 
     train_epoch.run(
         args.spec,
-        args.cache_dir,
+        args.cache_record_dir,
         args.epoch,
         args.previous_dir,
         args.out_dir,
+        scratch=args.scratch,
+        cache_options={"batch_size": args.batch_size, "disk_headroom": args.disk_headroom, "batch_profile": args.batch_profile},
         device=device,
-        profile_dir=(args.profile_dir or [None])[0],
+        store=args.store,
+        memo_store=args.memo_store or None,
         profile_batches=args.profile_batches,
-        checkpoint_store=args.checkpoint_store,
     )
 
 
 def select_checkpoint(args: argparse.Namespace) -> None:
     from rffm.steps import select_checkpoint
 
-    select_checkpoint.run(args.spec, args.epoch_dirs, args.out_dir)
+    select_checkpoint.run(args.spec, args.epoch_dirs, args.out_dir, store=args.store)
 
 
 def qualify(args: argparse.Namespace) -> None:
@@ -115,13 +118,15 @@ def qualify(args: argparse.Namespace) -> None:
         args.selection_dir,
         args.dataset_dir,
         args.backbone_dir,
+        args.cache_record_dir,
         args.epoch_dirs,
-        args.cache_provenance,
         args.out_dir,
+        source=args.source,
         batch_size=args.batch_size,
+        store=args.store,
         batch_profile=args.batch_profile,
         device=device,
-        launch_profile=args.launch_profile,
+        launch_profile=args.launch_profile or None,
     )
     print(f"run manifest: {Path(sentinel).parent / 'run_manifest.json'}")
 
@@ -141,7 +146,7 @@ def summarize_manifest(args: argparse.Namespace) -> None:
 def summarize_profiling(args: argparse.Namespace) -> None:
     from rffm.steps import summarize_profiling
 
-    summarize_profiling.run(args.run, args.cache_provenance, args.epoch_dirs, args.profile_dir)
+    summarize_profiling.run(args.run, args.cache_record_dir, args.epoch_dirs, args.profile_dir, store=args.store)
 
 
 def plot_cache_lifecycle(args: argparse.Namespace) -> None:
@@ -154,9 +159,10 @@ def plot_cache_lifecycle(args: argparse.Namespace) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
-    from rffm.ops.status import collect, plan_for, render
+    from rffm.config import for_results
+    from rffm.ops.status import collect, render
 
-    rows = collect(args.results_dir, plan_for(args.results_dir, args.config), full=args.full)
+    rows = collect(args.results_dir, for_results(args.results_dir, args.config), full=args.full)
     if not rows:
         print(f"no runs under {args.results_dir}/runs")
         return 1
@@ -165,16 +171,40 @@ def status(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
+    from rffm.config import for_results
     from rffm.records.verify import verify_tree
 
-    checked, problems = verify_tree(args.results_dir, args.scratch)
-    for problem in problems:
+    config = for_results(args.results_dir, args.config)
+    report = verify_tree(args.results_dir, config, args.scratch)
+    for problem in report.broken:
         print(f"BROKEN {problem}")
-    if not checked:
-        print(f"no sentinels under {args.results_dir}")
+    for folder in report.stale:
+        print(f"STALE {Path(args.results_dir) / folder} (the config no longer plans it; `rffm prune` removes it)")
+    for note in report.notes:
+        print(f"note: {note}")
+    if not report.checked:
+        print(f"no sentinels of the current plan under {args.results_dir}")
         return 1
-    print(f"{checked} sentinels checked, {len(problems)} problem(s)")
-    return 1 if problems else 0
+    print(f"{report.checked} sentinels checked, {len(report.broken)} problem(s), {len(report.stale)} stale folder(s)")
+    return 1 if report.broken else 0
+
+
+def prune(args: argparse.Namespace) -> int:
+    from rffm.config import for_results
+    from rffm.errors import ConfigError
+    from rffm.ops.prune import prune as remove
+
+    config = for_results(args.results_dir, args.config)
+    if not config:
+        raise ConfigError(f"{args.results_dir}: no config plans this tree, so nothing can be called stale. Fix: pass --config FILE")
+    folders = remove(args.results_dir, config, delete=args.delete)
+    for folder in folders:
+        print(f"{'removed' if args.delete else 'stale'} {folder}")
+    if not folders:
+        print(f"nothing stale under {args.results_dir}")
+    elif not args.delete:
+        print(f"{len(folders)} stale folder(s); `rffm prune {args.results_dir} --delete` removes them")
+    return 0
 
 
 def unlock(args: argparse.Namespace) -> int:
@@ -262,38 +292,42 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--batch-size", type=int, required=True, help="largest backbone batch (adapts down on OOM)")
         sub.add_argument("--batch-profile", help="batch-profile JSON shared by backbone passes on this node")
 
-    def profiling(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--profile-dir", nargs="*", help="write Chrome traces here")
-        sub.add_argument("--profile-batches", type=int, default=0, help="batches to trace (0: no trace)")
+    def config_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--config",
+            nargs="+",
+            metavar="FILE",
+            help="workflow config file(s), merged in order: what the current plan is "
+            "(default: config/config.yaml when its `results` is RESULTS_DIR)",
+        )
+
+    def store_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--store", help="the results store: a directory or gs://bucket/prefix (default: the results tree)")
+
+    def cache_options(sub: argparse.ArgumentParser) -> None:
+        backbone_pass(sub)
+        sub.add_argument("--disk-headroom", type=float, required=True, help="required free scratch space / cache size (0: no check)")
+        sub.add_argument("--scratch", required=True, help="this node's directory for the hidden-state cache memo")
+        store_option(sub)
 
     verb(stage_dataset, "Stage a dataset into canonical HDF5 splits.", "datasets", False, "--out-dir")
     text = "Build a backbone: self-supervised pretraining or random init."
     verb(pretrain_backbone, text, "backbones", True, "--dataset-dir", "--out-dir")
     verb(import_backbone, "Import a user backbone checkpoint after checking its sha256.", "backbones", False, "--out-dir")
-    sub = verb(
-        build_cache,
-        "Run the frozen backbone over train and val into the BF16 cache.",
-        "",
-        True,
-        "--dataset-dir",
-        "--backbone-dir",
-        "--out-dir",
-        "--provenance",
-    )
-    backbone_pass(sub)
-    profiling(sub)
-    sub.add_argument("--disk-headroom", type=float, required=True, help="required free scratch space / cache size (0: no check)")
-    sub = verb(train_epoch, "Train one epoch of the head from cached hidden states.", "runs", True, "--cache-dir", "--out-dir")
+    sub = verb(build_cache, "Build the hidden-state cache (a node-local memo) and its record.", "", True, "--dataset-dir", "--backbone-dir")
+    sub.add_argument("--out-dir", required=True, help="the record's folder: results/caches/<dataset>__<backbone>")
+    cache_options(sub)
+    sub.add_argument("--profile-runs", nargs="*", help="runs whose profiling folders get the build's trace")
+    sub.add_argument("--profile-batches", type=int, default=0, help="batches to trace (0: no trace)")
+    sub = verb(train_epoch, "Train one epoch of the head from cached hidden states.", "runs", True, "--cache-record-dir", "--out-dir")
     sub.add_argument("--epoch", type=int, required=True)
     sub.add_argument("--previous-dir")
-    sub.add_argument(
-        "--checkpoint-store",
-        default=os.environ.get("RFFM_CHECKPOINT_STORE"),
-        help="restore a stored epoch of the same identity, mirror a trained one (rffm posttrain sets it)",
-    )
-    profiling(sub)
+    cache_options(sub)
+    sub.add_argument("--memo-store", help="where completed epochs are kept for resuming (default: the results store)")
+    sub.add_argument("--profile-batches", type=int, default=0, help="batches to trace (0: no trace)")
     sub = verb(select_checkpoint, "Select the best epoch into an immutable artifact.", "runs", False, "--out-dir")
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    store_option(sub)
     sub = verb(
         qualify,
         "Evaluate the selected artifact once on the test split; write the run manifest.",
@@ -302,34 +336,36 @@ def parser() -> argparse.ArgumentParser:
         "--selection-dir",
         "--dataset-dir",
         "--backbone-dir",
-        "--cache-provenance",
+        "--cache-record-dir",
         "--out-dir",
     )
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    sub.add_argument("--source", type=_json, required=True, help="what the selection came from (recorded in the ledger entry)")
     sub.add_argument("--launch-profile", help="name of the profile this launch recorded under runs/<run>/launch/")
     backbone_pass(sub)
+    store_option(sub)
     text = "Plot training curves and selection evidence from sentinels."
     sub = verb(plot_training, text, "", False, "--run", "--selection-dir", "--out-dir")
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
     verb(summarize_manifest, "Render a run manifest as an HTML table.", "", False, "--run", "--qualification-dir", "--out-dir")
     text = "Summarize a profiled run's cache lifecycle timings."
-    sub = verb(summarize_profiling, text, "", False, "--run", "--cache-provenance", "--profile-dir")
+    sub = verb(summarize_profiling, text, "", False, "--run", "--cache-record-dir", "--profile-dir")
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
+    store_option(sub)
     verb(plot_cache_lifecycle, "Plot a profiled run's cache lifecycle summary.", "", False, "--run", "--summary", "--out-dir")
 
     sub = verb(status, "Show every run's progress and results (reads sentinels only).")
     sub.add_argument("results_dir", nargs="?", default="results")
-    sub.add_argument(
-        "--config",
-        nargs="+",
-        metavar="FILE",
-        help="workflow config file(s), merged in order, for planned epochs and the selection metric "
-        "(default: config/config.yaml when its `results` is RESULTS_DIR)",
-    )
+    config_option(sub)
     sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
-    sub = verb(verify, "Re-check every sentinel and upstream link under a results tree.")
-    sub.add_argument("results_dir")
-    sub.add_argument("--scratch", help="also check the hidden-state caches under this scratch directory")
+    sub = verb(verify, "Re-check a results tree: sentinels, links, provenance, ledger, artifacts (stale folders listed, not failed).")
+    sub.add_argument("results_dir", nargs="?", default="results")
+    config_option(sub)
+    sub.add_argument("--scratch", help="where this machine keeps the hidden-state caches (default: the config's `scratch`)")
+    sub = verb(prune, "List (or with --delete remove) what the config no longer plans; never the ledger, artifacts or memo.")
+    sub.add_argument("results_dir", nargs="?", default="results")
+    config_option(sub)
+    sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
     sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one).")
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
     sub = verb(

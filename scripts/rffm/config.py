@@ -151,3 +151,15 @@ def load(paths: list[str | Path], schema_path: str | Path = SCHEMA) -> dict[str,
             raise ConfigError(f"{path}: cannot read the configuration ({exc}). Fix: pass an existing YAML file.") from None
         config = merge(config, loaded)
     return check(config, schema_path)
+
+
+def for_results(results_dir: str | Path, paths: list[str | Path] | None = None) -> dict[str, Any]:
+    """The workflow config that plans a results tree: the given files, else config/config.yaml when its
+    `results` is this tree, else nothing (then every run found counts and nothing is stale)."""
+    if paths:
+        return load(paths)
+    default = Path("config/config.yaml")
+    if not default.exists():
+        return {}
+    config = load([default])
+    return config if Path(config["results"]).resolve() == Path(results_dir).resolve() else {}

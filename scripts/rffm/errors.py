@@ -19,3 +19,12 @@ class IntegrityError(RffmError):
 
 class ExposureError(RffmError):
     """Qualification would spend the test split's exposure in a way the procedure forbids."""
+
+
+class PlanRefused(SystemExit):
+    """Snakemake must not carry out the plan it is building; the message says why and how to proceed.
+
+    Raised from an input function while Snakemake builds the DAG (before any job runs or any file is
+    deleted). It is a SystemExit so that Snakemake passes it up unwrapped: the user sees the one line,
+    not an input-function traceback.
+    """

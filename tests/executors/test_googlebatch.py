@@ -193,8 +193,8 @@ def test_profile_runs_the_workflow_end_to_end_through_the_bucket(batch_run, emul
 
 def test_gpu_steps_get_an_l4_with_driver_and_cpu_steps_a_small_machine(batch_run):
     jobs = batch_run["jobs"]
-    assert set(jobs) == {"stage-dataset", "pretrain-backbone", "train-build-cache-train-epoch", "select-checkpoint", "qualify"}
-    gpu = {"pretrain-backbone", "train-build-cache-train-epoch", "qualify"}
+    assert set(jobs) == {"stage-dataset", "pretrain-backbone", "train-base-build-cache-train-epoch", "select-checkpoint", "qualify"}
+    gpu = {"pretrain-backbone", "train-base-build-cache-train-epoch", "qualify"}
     for rule, job in jobs.items():
         policy = instance(job)
         if rule in gpu:
@@ -220,7 +220,7 @@ def test_every_job_is_pinned_retry_free_long_enough_and_valid(batch_run):
 
 
 def test_the_cache_lives_on_the_local_ssd_grouped_with_the_epochs(batch_run):
-    job = batch_run["jobs"]["train-build-cache-train-epoch"]
+    job = batch_run["jobs"]["train-base-build-cache-train-epoch"]
     disks = instance(job)["policy"]["disks"]
     assert [(d["new_disk"]["type_"], d["new_disk"]["size_gb"], d["device_name"]) for d in disks] == [("local-ssd", "375", "rffm-scratch")]
     assert [(v["device_name"], v["mount_path"]) for v in task_spec(job)["volumes"]] == [("rffm-scratch", "/mnt/disks/rffm-scratch")]
@@ -235,8 +235,8 @@ def test_provenance_names_the_batch_job_and_the_pinned_image(batch_run, emulator
     manifest = json.loads(bucket_objects(emulator, "rffm-e2e")["rffm/results/runs/base/qualification/run_manifest.json"].download_as_text())
     names = {rule: job["name"] for rule, job in batch_run["jobs"].items()}
     steps = manifest["provenance"]["steps"]
-    assert steps["build_cache"]["job_id"] == names["train-build-cache-train-epoch"]
-    assert steps["train_epoch"]["job_id"] == names["train-build-cache-train-epoch"]
+    assert steps["build_cache"]["job_id"] == names["train-base-build-cache-train-epoch"]
+    assert steps["train_epoch"]["job_id"] == names["train-base-build-cache-train-epoch"]
     assert steps["stage_dataset"]["job_id"] == names["stage-dataset"]
     assert {step["executor"] for step in steps.values()} == {"googlebatch"}
     assert {step["image"] for step in steps.values()} == {IMAGE}

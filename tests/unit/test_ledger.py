@@ -1,20 +1,57 @@
+"""The test-split ledger: create-only, self-digested entries in the results store."""
+
+import json
 from pathlib import Path
 
 import pytest
 
-from rffm.errors import ExposureError
+from rffm.errors import ExposureError, IntegrityError
 from rffm.records import ledger
+from rffm.records.store import PosixStore
+
+SPLIT = "xxh3_128_of_parts:" + "ab" * 16
 
 
-def test_ledger_recalls_refuses_and_counts(tmp_path: Path):
-    with ledger.locked(tmp_path) as path:
-        assert ledger.recorded(path, "split", "run-a", "art-1") is None
-        ledger.record(path, "split", "run-a", "art-1", {"accuracy": 0.5})
-        assert ledger.recorded(path, "split", "run-a", "art-1")["metrics"] == {"accuracy": 0.5}
-        with pytest.raises(ExposureError, match="already spent its test exposure"):
-            ledger.recorded(path, "split", "run-a", "art-2")
-        assert ledger.recorded(path, "split", "run-b", "art-2") is None
-        ledger.record(path, "split", "run-b", "art-2", {"accuracy": 0.6})
-        ledger.record(path, "split", "run-c", "art-2", {"accuracy": 0.6})
-        assert ledger.exposure_count(path, "split") == 2
-        assert ledger.exposure_count(path, "another-split") == 0
+def entry(run: str, artifact: str, accuracy: float = 0.5) -> dict:
+    return {"split_digest": SPLIT, "run": run, "artifact_sha256": artifact, "metrics": {"accuracy": accuracy}}
+
+
+def test_a_run_claims_one_artifact_per_split_and_the_count_is_distinct_artifacts(tmp_path: Path):
+    store = PosixStore(tmp_path)
+    assert ledger.claim(store, entry("run-a", "art-1")) == entry("run-a", "art-1")
+    assert ledger.claim(store, entry("run-a", "art-1", 0.9))["metrics"] == {"accuracy": 0.5}  # the first record stands
+    with pytest.raises(ExposureError, match="already spent its test exposure"):
+        ledger.claim(store, entry("run-a", "art-2"))
+    ledger.claim(store, entry("run-b", "art-2"))
+    ledger.claim(store, entry("run-c", "art-2"))
+    assert ledger.exposure_count(store, SPLIT) == 2
+    assert ledger.exposure_count(store, "xxh3_128_of_parts:" + "cd" * 16) == 0
+    assert sorted(ledger.runs_qualified(store)) == ["run-a", "run-b", "run-c"]
+    key = ledger.entry_key(SPLIT, "run-a")
+    assert key == f"ledger/{'ab' * 16}/run-a.json" and not (tmp_path / key).stat().st_mode & 0o222  # read-only
+
+
+def test_an_edited_or_moved_entry_is_named(tmp_path: Path):
+    store = PosixStore(tmp_path)
+    ledger.claim(store, entry("run-a", "art-1"))
+    path = tmp_path / ledger.entry_key(SPLIT, "run-a")
+    body = json.loads(path.read_text())
+    body["entry"]["metrics"]["accuracy"] = 0.99
+    path.chmod(0o644)
+    path.write_text(json.dumps(body))
+    with pytest.raises(IntegrityError, match="does not match its own sha256"):
+        ledger.read(store, ledger.entry_key(SPLIT, "run-a"))
+    moved = tmp_path / ledger.entry_key(SPLIT, "run-b")
+    moved.write_bytes(ledger.encode(entry("run-a", "art-1")))
+    with pytest.raises(IntegrityError, match="moved or copied"):
+        ledger.read(store, ledger.entry_key(SPLIT, "run-b"))
+
+
+def test_changed_keys_name_what_differs():
+    before = {"runs": {"r": {"train": {"lr": 0.1, "epochs": 3}}}, "code": {"train_epoch": "a"}}
+    after = {"runs": {"r": {"train": {"lr": 0.2, "epochs": 3, "seed": 1}}}, "code": {"train_epoch": "b"}}
+    assert ledger.changed_keys(before, after) == ["code.train_epoch", "runs.r.train.lr", "runs.r.train.seed"]
+    problem = ledger.frozen_run_problem([{**entry("r", "art-1"), "selection_source": before}], after)
+    assert problem.startswith("runs.r was qualified") and "runs.r.train.lr" in problem and "code of train_epoch" in problem
+    assert "\n" not in problem and "Fix:" in problem
+    assert ledger.frozen_run_problem([{**entry("r", "art-1"), "selection_source": after}], after) is None

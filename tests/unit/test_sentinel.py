@@ -35,17 +35,31 @@ def test_missing_sentinel_is_a_clear_error(tmp_path: Path):
         sentinel.read_sentinel(tmp_path / "sentinel.json")
 
 
-def test_array_record_detects_a_changed_sampled_row(tmp_path: Path):
-    path = tmp_path / "x.bf16"
-    array = np.memmap(path, dtype=np.uint16, mode="w+", shape=(100, 4, 8))
-    array[:] = np.arange(100 * 32, dtype=np.uint16).reshape(100, 4, 8)
-    array.flush()
-    record = sentinel.array_record(path, (100, 4, 8), "bfloat16")
-    assert record["elements"] == 3200 and record["sampled_rows"] == 64
-    assert sentinel.check_record(path, record) is None
-    array[0, 0, 0] += 1
-    array.flush()
-    assert "sampled_sha256" in sentinel.check_record(path, record)
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda text: text.replace('"stage"', '"stag"'), "does not match its own sha256"),
+        (lambda text: text[: len(text) // 2], "not valid JSON"),
+        (lambda text: "[]", "has no self_sha256"),
+        (lambda text: text.replace('"k": 1', '"k": 2'), "does not match its own sha256"),
+    ],
+)
+def test_an_edited_truncated_or_foreign_sentinel_is_one_clear_error(tmp_path: Path, damage, message):
+    path = write_step(tmp_path / "s")
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(IntegrityError, match=message) as error:
+        sentinel.read_sentinel(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_consumer_refuses_a_sentinel_whose_upstream_changed_since(tmp_path: Path):
+    upstream = write_step(tmp_path / "up")
+    with Step("down", tmp_path / "down", key={}, params={}, code="records.files") as step:
+        step.consume("up", upstream, ["data.bin"])
+    assert sentinel.require_intact(tmp_path / "down/sentinel.json", [], "next")
+    write_step(tmp_path / "up", b"another run")  # the upstream step ran again with other results
+    with pytest.raises(IntegrityError, match="changed since this step consumed it"):
+        sentinel.require_intact(tmp_path / "down/sentinel.json", [], "next")
 
 
 def test_parts_record_catches_one_flipped_byte_in_any_part(tmp_path: Path):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cache_build, make_backbone, stage, train_one_epoch
-from rffm.errors import IntegrityError
+from rffm.errors import ConfigError, IntegrityError
 from rffm.training import epoch as train
 
 DATASET = {
@@ -24,16 +24,22 @@ SPEC = {"run": "r", "train": {"lr": 0.01, "batch_size": 8, "seed": 0}}
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory) -> Path:
+    """The cache record (results/caches/t__b); its memo is in root/scratch, and no epoch memo is kept."""
     root = tmp_path_factory.mktemp("cache")
-    stage(DATASET, root / "ds")
-    make_backbone(BACKBONE, root / "ds", root / "bb")
-    cache_build(root / "ds", root / "bb", root / "scratch/t__b", root / "prov.json")
-    return root / "scratch/t__b"
+    stage(DATASET, root / "results/datasets/t")
+    make_backbone(BACKBONE, root / "results/datasets/t", root / "results/backbones/b")
+    cache_build(root / "results/datasets/t", root / "results/backbones/b", root / "results/caches/t__b", root / "scratch")
+    return root / "results/caches/t__b"
+
+
+def epoch(spec: dict, record: Path, number: int, previous: Path | None, out: Path) -> Path:
+    """One epoch trained for real (an empty memo store: nothing is restored)."""
+    return train_one_epoch(spec, record, number, previous, out, record.parents[2] / "scratch", memo_store=out.parent / "memo")
 
 
 def run(cache_dir: Path, out: Path, epochs: int, spec=SPEC) -> list[dict]:
-    for epoch in range(1, epochs + 1):
-        train_one_epoch(spec, cache_dir, epoch, out / str(epoch - 1) if epoch > 1 else None, out / str(epoch))
+    for number in range(1, epochs + 1):
+        epoch(spec, cache_dir, number, out / str(number - 1) if number > 1 else None, out / str(number))
     return [json.loads((out / str(e) / "metrics.json").read_text()) for e in range(1, epochs + 1)]
 
 
@@ -41,7 +47,7 @@ def test_epochs_learn_and_resume_bit_for_bit(cache_dir: Path, tmp_path: Path):
     metrics = run(cache_dir, tmp_path / "a", 4)
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
     # rerun epoch 3 from epoch 2's checkpoint in a different directory: identical bytes
-    train_one_epoch(SPEC, cache_dir, 3, tmp_path / "a/2", tmp_path / "again3")
+    epoch(SPEC, cache_dir, 3, tmp_path / "a/2", tmp_path / "again3")
     for name in ("checkpoint.pt", "metrics.json"):
         assert (tmp_path / "again3" / name).read_bytes() == (tmp_path / "a/3" / name).read_bytes()
 
@@ -56,7 +62,7 @@ def test_resuming_from_a_checkpoint_of_other_params_is_refused(cache_dir: Path, 
     run(cache_dir, tmp_path / "a", 1)
     other = {**SPEC, "train": {**SPEC["train"], "lr": 0.5}}
     with pytest.raises(IntegrityError, match="different training params"):
-        train_one_epoch(other, cache_dir, 2, tmp_path / "a/1", tmp_path / "a/2")
+        epoch(other, cache_dir, 2, tmp_path / "a/1", tmp_path / "a/2")
 
 
 def test_lr_schedule_has_warmup_then_per_epoch_decay():
@@ -78,3 +84,25 @@ def test_an_epoch_writes_tensorboard_scalars_to_aip_tensorboard_log_dir(cache_di
     # a side output only: the epoch's files and sentinel are byte-identical without it
     for name in ("checkpoint.pt", "metrics.json", "sentinel.json"):
         assert (tmp_path / "with/2" / name).read_bytes() == (tmp_path / "without/2" / name).read_bytes()
+
+
+def test_a_completed_epoch_is_kept_and_restored_not_trained_again(cache_dir: Path, tmp_path: Path):
+    """The memo (rffm.records.memo): what a preempted VM, a killed group job or a fresh node finds."""
+    scratch = cache_dir.parents[2] / "scratch"
+    memo = tmp_path / "kept"
+    first = train_one_epoch(SPEC, cache_dir, 1, None, tmp_path / "a/1", scratch, memo_store=memo)
+    again = train_one_epoch(SPEC, cache_dir, 1, None, tmp_path / "b/1", scratch, memo_store=memo)
+    for name in ("checkpoint.pt", "metrics.json", "sentinel.json"):
+        assert (tmp_path / "a/1" / name).read_bytes() == (tmp_path / "b/1" / name).read_bytes(), name
+    assert json.loads((tmp_path / "b/1/provenance.json").read_text())["restored_from"].startswith(str(memo))
+    assert first.read_bytes() == again.read_bytes()
+    other = {**SPEC, "train": {**SPEC["train"], "lr": 0.02}}  # another identity: trained, not restored
+    train_one_epoch(other, cache_dir, 1, None, tmp_path / "c/1", scratch, memo_store=memo)
+    assert "restored_from" not in json.loads((tmp_path / "c/1/provenance.json").read_text())
+
+
+def test_a_diverged_epoch_stops_and_leaves_no_sentinel(cache_dir: Path, tmp_path: Path):
+    spec = {**SPEC, "train": {**SPEC["train"], "lr": 1e30, "warmup_steps": 0}}
+    with pytest.raises(ConfigError, match=r"diverged.*Fix: lower runs\.r\.train\.lr"):
+        epoch(spec, cache_dir, 1, None, tmp_path / "d/1")
+    assert not (tmp_path / "d/1/sentinel.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -34,29 +35,28 @@ def test_no_rule_before_qualify_opens_the_test_split(fresh_workdir: Path):
 
 
 def test_qualifying_again_recalls_the_recorded_result_without_touching_test_data(workdir: Path):
-    first = read_json(workdir / RUN / "qualification/metrics.json")
-    ledger_before = (workdir / "results/datasets/tiny/test_ledger.json").read_bytes()
+    qualification = workdir / RUN / "qualification"
+    first = {name: (qualification / name).read_bytes() for name in ("metrics.json", "accuracy_vs_snr.png", "run_manifest.json")}
+    ledger = {p: p.read_bytes() for p in (workdir / "results/ledger").rglob("*.json")}
+    assert len(ledger) == 1
     # Unreadable test data: qualify can only succeed if it never opens the split again.
     test_split = workdir / "results/datasets/tiny/test.h5"
     test_split.write_bytes(bytes(test_split.stat().st_size))
     snakemake(workdir, "--forcerun", "qualify")
-    again = read_json(workdir / RUN / "qualification/metrics.json")
-    assert again["recalled_from_ledger"] is True and first["recalled_from_ledger"] is False
-    assert {k: again[k] for k in ("accuracy", "macro_f1", "confusion_matrix", "exposure_count")} == {
-        k: first[k] for k in ("accuracy", "macro_f1", "confusion_matrix", "exposure_count")
-    }
-    assert (workdir / "results/datasets/tiny/test_ledger.json").read_bytes() == ledger_before
+    again = {name: (qualification / name).read_bytes() for name in first}
+    assert again == first  # the recorded result writes the same files as the first evaluation
+    assert read_json(qualification / "provenance.json")["recalled_from_ledger"].endswith(next(iter(ledger)).name)
+    assert {p: p.read_bytes() for p in (workdir / "results/ledger").rglob("*.json")} == ledger
 
 
-def test_a_changed_artifact_for_the_same_run_is_refused(workdir: Path):
+def test_a_diverged_run_stops_before_selection_and_never_spends_its_exposure(fresh_workdir: Path):
     config = tiny_config()
-    config["runs"]["base"]["train"]["lr"] = 0.03
-    write_config(workdir, config)
-    result = snakemake(workdir, check=False)
+    config["runs"]["base"]["train"].update(lr=1e30, warmup_steps=0)
+    write_config(fresh_workdir, config)
+    result = snakemake(fresh_workdir, check=False)
     assert result.returncode != 0
-    log = (workdir / "results/logs/qualify/base.log").read_text()
-    assert "already spent its test exposure" in log and "new id" in log
-    assert "Traceback" not in log
+    assert "diverged" in (fresh_workdir / "results/logs/train_epoch/base/1.log").read_text()
+    assert not (fresh_workdir / RUN / "selection").exists() and not (fresh_workdir / "results/ledger").exists()
 
 
 def test_manifest_reports_the_exposure_count_across_runs(workdir: Path):
@@ -80,7 +80,7 @@ def test_manifest_carries_the_contract_keys(finished_workdir: Path):
     assert set(manifest["backbone"]) >= {"source", "fingerprint"}
     assert [e["epoch"] for e in manifest["training"]["epochs"]] == [1, 2, 3]
     assert set(manifest["selection"]) >= {"epoch", "metric", "value", "artifact_sha256", "artifact_path"}
-    assert (finished_workdir / manifest["selection"]["artifact_path"].replace("runs/", "results/runs/", 1)).exists()
+    assert (finished_workdir / "results" / manifest["selection"]["artifact_path"]).exists()  # in the results store
     assert set(manifest["qualification"]) >= {"accuracy", "macro_f1", "accuracy_by_snr", "accuracy_by_class", "exposure_count"}
     provenance = manifest["provenance"]
     assert set(provenance) >= {"source_revision", "dirty", "versions", "steps", "launch_profile"}
@@ -97,12 +97,13 @@ def flip_byte(path: Path) -> None:
 
 
 def artifact_path(workdir: Path) -> str:
-    return str(RUN / "selection" / read_json(workdir / RUN / "selection/selection.json")["artifact_path"])
+    return "results/" + read_json(workdir / RUN / "selection/selection.json")["artifact_path"]
 
 
+CACHE = "results/caches/tiny__mini/sentinel.json"
 CORRUPTIONS = {
-    "staged split": (lambda w: "results/datasets/tiny/train.h5", "scratch/tiny__mini/sentinel.json", "build_cache/tiny__mini.log"),
-    "backbone": (lambda w: "results/backbones/mini/backbone.pt", "scratch/tiny__mini/sentinel.json", "build_cache/tiny__mini.log"),
+    "staged split": (lambda w: "results/datasets/tiny/train.h5", CACHE, "build_cache/tiny__mini.log"),
+    "backbone": (lambda w: "results/backbones/mini/backbone.pt", CACHE, "build_cache/tiny__mini.log"),
     "checkpoint": (lambda w: str(RUN / "epochs/2/checkpoint.pt"), str(RUN / "epochs/3/sentinel.json"), "train_epoch/base/3.log"),
     "artifact": (artifact_path, str(RUN / "qualification/run_manifest.json"), "qualify/base.log"),
 }
@@ -118,12 +119,26 @@ def test_a_flipped_byte_fails_verify_and_the_consuming_rule(workdir: Path, kind:
     verify = subprocess.run([str(BIN / "rffm"), "verify", "results"], cwd=workdir, capture_output=True, text=True)
     assert verify.returncode == 1
     broken = [line for line in verify.stdout.splitlines() if line.startswith("BROKEN")]
-    assert len(broken) == 1 and target in broken[0], verify.stdout
+    assert broken and all(Path(target).name in line for line in broken), verify.stdout
     result = snakemake(workdir, "--force", consumer_output, check=False)
     assert result.returncode != 0
     message = (workdir / "results/logs" / log).read_text()
     assert "refuses to start" in message and Path(target).name in message, message
     assert "Traceback" not in message
+
+
+def test_a_flipped_byte_in_any_row_of_the_cache_is_caught_before_an_epoch_trains_on_it(workdir: Path):
+    hidden = workdir / "scratch/tiny__mini/train.hidden.bf16"
+    data = bytearray(hidden.read_bytes())
+    data[len(data) // 3 + 7] ^= 0x01  # one bit in the middle of a row no sample would have picked
+    hidden.write_bytes(bytes(data))
+    verify = subprocess.run([str(BIN / "rffm"), "verify", "--config", "config.yaml"], cwd=workdir, capture_output=True, text=True)
+    assert verify.returncode == 1 and "BROKEN scratch/tiny__mini/train.hidden.bf16" in verify.stdout, verify.stdout
+    shutil.rmtree(workdir / "results/memo")  # nothing kept: the epoch has to train, so it reads the cache
+    result = snakemake(workdir, "--forcerun", "train_epoch", "validation_selection", check=False)
+    assert result.returncode != 0
+    message = (workdir / "results/logs/train_epoch/base/1.log").read_text()
+    assert "refuses to start" in message and "train.hidden.bf16" in message and "Traceback" not in message
 
 
 BAD_CONFIGS = {

@@ -12,6 +12,7 @@ from conftest import REPO, snakemake
 from rffm.errors import RffmError
 from rffm.records import launch
 from rffm.records.files import read_json
+from rffm.records.store import PosixStore
 
 
 def profile(root: Path, name: str, text: str = "printshellcmds: true\n") -> Path:
@@ -38,40 +39,43 @@ def test_a_profile_name_means_what_it_means_to_snakemake(tmp_path: Path, monkeyp
 
 
 def test_a_profile_is_recorded_create_only_with_its_sha256(tmp_path: Path):
-    source = profile(tmp_path, "slurm", "executor: slurm\n")
-    launch_dir = tmp_path / "runs/base/launch"
-    record = launch.record_profile("slurm", source, launch_dir)
-    kept = launch_dir / "slurm/config.yaml"
+    source = profile(tmp_path / "profiles", "slurm", "executor: slurm\n")
+    store = PosixStore(tmp_path / "results")
+    record = launch.record_profile(store, "base", "slurm", source)
+    kept = tmp_path / "results/runs/base/launch/slurm/config.yaml"
     assert kept.read_bytes() == source.read_bytes() and not kept.stat().st_mode & 0o222
     digest = hashlib.sha256(b"executor: slurm\n").hexdigest()
     assert record == {"name": "slurm", "path": str(source), "sha256": digest, "file": "launch/slurm/config.yaml"}
-    assert launch.recorded(tmp_path / "runs/base", "slurm") == record
-    assert launch.record_profile("slurm", source, launch_dir) == record  # the same file again is fine
-    assert launch.recorded(tmp_path / "runs/base", None)["sha256"] is None
+    assert launch.recorded(store, "base", "slurm") == record
+    assert launch.record_profile(store, "base", "slurm", source) == record  # the same file again is fine
+    assert launch.recorded(store, "base", None)["sha256"] is None
 
 
 def test_a_differing_profile_is_an_error_and_the_record_is_kept(tmp_path: Path):
-    source = profile(tmp_path, "slurm", "executor: slurm\n")
-    launch.record_profile("slurm", source, tmp_path / "launch")
+    source = profile(tmp_path / "profiles", "slurm", "executor: slurm\n")
+    store = PosixStore(tmp_path / "results")
+    launch.record_profile(store, "base", "slurm", source)
     source.write_text("executor: slurm\njobs: 3\n")
     with pytest.raises(launch.LaunchProfileChanged) as error:
-        launch.record_profile("slurm", source, tmp_path / "launch")
+        launch.record_profile(store, "base", "slurm", source)
     message = str(error.value)
-    assert str(tmp_path / "launch/slurm/config.yaml") in message and "Fix:" in message
+    kept = tmp_path / "results/runs/base/launch/slurm/config.yaml"
+    assert str(kept) in message and "Fix:" in message
     assert hashlib.sha256(b"executor: slurm\n").hexdigest() in message
     assert hashlib.sha256(source.read_bytes()).hexdigest() in message
-    assert (tmp_path / "launch/slurm/config.yaml").read_text() == "executor: slurm\n"
+    assert kept.read_text() == "executor: slurm\n"
 
 
 def test_every_run_is_checked_before_any_record_is_written(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = profile(tmp_path, "slurm", "executor: slurm\n")
-    launch.record_profile("slurm", source, tmp_path / "b/launch")
+    store = PosixStore(tmp_path / "results")
+    launch.record_profile(store, "b", "slurm", source)
     source.write_text("executor: slurm\njobs: 3\n")
     with pytest.raises(launch.LaunchProfileChanged):
-        launch.record_launch("slurm", REPO / "workflow", [tmp_path / "a/launch", tmp_path / "b/launch"])
-    assert not (tmp_path / "a/launch").exists()
-    assert launch.record_launch(None, REPO / "workflow", [tmp_path / "a/launch"]) is None
+        launch.record_launch("slurm", REPO / "workflow", store, ["a", "b"])
+    assert not (tmp_path / "results/runs/a").exists()
+    assert launch.record_launch(None, REPO / "workflow", store, ["a"]) is None
 
 
 @pytest.mark.workflow
@@ -90,6 +94,7 @@ def test_changing_the_profile_between_launches_is_refused_not_overwritten(workdi
     source.write_text(source.read_text() + "keep-going: true\n")
     result = snakemake(workdir, "--profile", "myprofile", "--forcerun", "qualify", check=False)
     assert result.returncode != 0
-    assert "differs from the one this run was launched with, recorded in" in result.stderr
+    assert "differs from the one run 'base' was launched with, recorded in" in result.stderr
+    assert "Traceback" not in result.stderr and 'File "' not in result.stderr
     assert kept.read_text() == "printshellcmds: true\nconfig:\n  launch_profile: myprofile\n"
     assert manifest_path.read_bytes() == manifest

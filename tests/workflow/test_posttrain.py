@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import BIN, TINY, sigkill_once_started
-from rffm.ops import checkpoints
 from rffm.ops.posttrain import storage_path
 from rffm.records.files import read_json, sha256_file
 
@@ -29,6 +30,14 @@ def posttrain(workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess
     result = subprocess.run(posttrain_command(workdir), cwd=workdir, env=env, capture_output=True, text=True)
     assert result.returncode == 0, f"rffm posttrain failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return result
+
+
+def memo_epochs(root: Path) -> dict[int, Path]:
+    """The kept epochs under a memo store root (memo/train_epoch/<identity>/), by epoch number."""
+    found = {}
+    for sentinel in (root / "memo/train_epoch").glob("*/sentinel.json"):
+        found[json.loads(sentinel.read_text())["key"]["epoch"]] = sentinel.parent
+    return found
 
 
 def selected_sha256(workdir: Path) -> str:
@@ -65,7 +74,7 @@ def test_killed_mid_epoch_and_relaunched_gives_the_uninterrupted_artifact(tmp_pa
     env = posttrain_env(AIP_MODEL_DIR=tmp_path / "model", AIP_CHECKPOINT_DIR=tmp_path / "checkpoints")
     sigkill_once_started(posttrain_command(workdir), workdir, env, workdir / "results/logs/train_epoch/base/2.log")
     assert not (workdir / RUN / "epochs/2/sentinel.json").exists(), "epoch 2 finished before the kill; the test did not interrupt it"
-    assert (tmp_path / "checkpoints/runs/base/epochs/1/sentinel.json").exists() and not (tmp_path / "model").exists()
+    assert 1 in memo_epochs(tmp_path / "checkpoints") and not (tmp_path / "model").exists()
     epoch1 = (workdir / RUN / "epochs/1/provenance.json").read_bytes()
 
     result = posttrain(workdir, env)  # the same command line again
@@ -77,26 +86,28 @@ def test_killed_mid_epoch_and_relaunched_gives_the_uninterrupted_artifact(tmp_pa
     assert sha256_file(model / f"sha256-{sha}.pt") == sha
     assert read_json(model / "model_card.json")["artifact_sha256"] == sha
     assert read_json(model / "run_manifest.json")["selection"]["artifact_sha256"] == sha
+    kept = memo_epochs(tmp_path / "checkpoints")
     for epoch in (1, 2, 3):
-        stored = checkpoints.stored_epoch(tmp_path / "checkpoints", "base", epoch)
         for name in ("checkpoint.pt", "sentinel.json"):
-            assert (stored / name).read_bytes() == (workdir / RUN / f"epochs/{epoch}" / name).read_bytes()
+            assert (kept[epoch] / name).read_bytes() == (workdir / RUN / f"epochs/{epoch}" / name).read_bytes()
 
 
 @pytest.mark.workflow
 def test_a_relaunch_on_a_fresh_machine_restores_completed_epochs(tmp_path: Path, finished_workdir: Path):
     """Preemption on Vertex AI: results and scratch are gone, AIP_CHECKPOINT_DIR (a gs:// URI) keeps epochs 1-2."""
     bucket = tmp_path / "gcs"
-    for epoch in (1, 2):
-        checkpoints.mirror(finished_workdir / RUN / f"epochs/{epoch}", bucket / "b/job/checkpoints", "base", epoch)
+    for epoch, entry in memo_epochs(finished_workdir / "results").items():
+        if epoch <= 2:  # what a preempted job had kept
+            shutil.copytree(entry, bucket / "b/job/checkpoints/memo/train_epoch" / entry.name)
     workdir = tmp_path / "job"
     workdir.mkdir()
     env = posttrain_env(AIP_MODEL_DIR="gs://b/job/model", AIP_CHECKPOINT_DIR="gs://b/job/checkpoints", RFFM_GCS_MOUNT=bucket)
     posttrain(workdir, env)
     logs = {e: (workdir / f"results/logs/train_epoch/base/{e}.log").read_text() for e in (1, 2, 3)}
     assert "restored from" in logs[1] and "restored from" in logs[2] and "restored from" not in logs[3]
-    assert read_json(workdir / RUN / "epochs/2/provenance.json")["restored_from"] == str(bucket / "b/job/checkpoints/runs/base/epochs/2")
+    restored = read_json(workdir / RUN / "epochs/2/provenance.json")["restored_from"]
+    assert restored == str(bucket / "b/job/checkpoints/memo/train_epoch" / memo_epochs(finished_workdir / "results")[2].name)
     sha = selected_sha256(workdir)
     assert sha == selected_sha256(finished_workdir)
     assert sha256_file(bucket / f"b/job/model/sha256-{sha}.pt") == sha
-    assert (bucket / "b/job/checkpoints/runs/base/epochs/3/sentinel.json").exists()
+    assert 3 in memo_epochs(bucket / "b/job/checkpoints")

@@ -63,7 +63,8 @@ def test_cache_lifecycle_chart_from_a_hand_written_summary(tmp_path: Path):
     sentinel = read_sentinel(tmp_path / "a/sentinel.json")
     assert sentinel["stage"] == "plot_cache_lifecycle" and list(sentinel["outputs"]) == [plot_cache_lifecycle.FIGURE]
     assert sentinel["inputs"]["profiling_summary"]["path"] == "../profiling/sentinel.json"
-    assert verify_tree(tmp_path) == (3, [])
+    report = verify_tree(tmp_path)
+    assert (report.checked, report.broken) == (3, [])
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -57,11 +58,20 @@ def test_more_epochs_run_only_the_new_ones(workdir: Path):
     assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]", "plot_training[run=base]"])
 
 
+UP_TO_SELECTION = sorted(job for job in EVERY_JOB if not job.startswith(("qualify", "summarize_manifest", "plot_cache")))
+
+
 def test_staging_seed_change_reruns_everything(workdir: Path):
     config = tiny_config()
     config["datasets"]["tiny"]["seed"] = 12
     write_config(workdir, config)
-    assert planned_jobs(workdir) == EVERY_JOB
+    assert planned_jobs(workdir, "validation_selection") == sorted(set(UP_TO_SELECTION) - {"summarize_profiling[run=base]"})
+
+
+def test_a_scratch_without_the_cache_reruns_nothing(workdir: Path):
+    """The hidden-state cache is a node-local memo, not a workflow file: losing it (a new node) plans no job."""
+    shutil.rmtree(workdir / "scratch")
+    assert planned_jobs(workdir) == []
 
 
 def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch):
@@ -75,9 +85,8 @@ def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch)
         "import rffm.records.code as c\n_real = c.code_digest\n"
         "c.code_digest = lambda m: ('edited' + _real(m)) if m == 'steps.select_checkpoint' else _real(m)\n"
     )
-    monkeypatch.setenv("PYTHONPATH", str(workdir))
-    reports = ["plot_training[run=base]", "summarize_manifest[run=base]"]
-    assert planned_jobs(workdir) == sorted(["qualify[run=base]", "select_checkpoint[run=base]"] + reports)
+    monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    assert planned_jobs(workdir, "validation_selection") == sorted(["select_checkpoint[run=base]", "plot_training[run=base]"])
 
 
 def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_workdir: Path, finished_workdir: Path):
@@ -105,8 +114,8 @@ def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_w
         resumed = (fresh_workdir / "results/runs/base" / name).read_bytes()
         uninterrupted = (finished_workdir / "results/runs/base" / name).read_bytes()
         assert resumed == uninterrupted, name
-    artifacts = sorted(p.name for p in (fresh_workdir / "results/runs/base/selection/artifact").iterdir())
-    assert artifacts == sorted(p.name for p in (finished_workdir / "results/runs/base/selection/artifact").iterdir())
+    artifacts = sorted(p.name for p in (fresh_workdir / "results/artifacts").iterdir())
+    assert artifacts == sorted(p.name for p in (finished_workdir / "results/artifacts").iterdir())
 
 
 def test_profiling_run_writes_traces_and_the_lifecycle_summary(finished_workdir: Path):

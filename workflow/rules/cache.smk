@@ -2,21 +2,21 @@ rule build_cache:
     input:
         unpack(cache_inputs),
     output:
-        files=[
-            cache_output(cache_file("{dataset}", "{backbone}", n))
-            for n in cache_files()
-        ],
-        sentinel=cache_output(cache_file("{dataset}", "{backbone}", "sentinel.json")),
-        provenance=cache_provenance_file("{dataset}", "{backbone}"),
+        sentinel=cache_file("{dataset}", "{backbone}", "sentinel.json"),
+        provenance=cache_file("{dataset}", "{backbone}", "provenance.json"),
     log:
         f"{RESULTS}/logs/build_cache/{{dataset}}__{{backbone}}.log",
+    group:
+        cache_group
     threads: THREADS
     resources:
         device=DEVICE,
         backbone_batch=BACKBONE_BATCH,
         disk_headroom=DISK_HEADROOM,
         batch_profile=BATCH_PROFILE,
-        cache_profile_dirs=cache_profile_dirs,
+        scratch=SCRATCH,
+        store=STORE,
+        cache_profile_runs=cache_profile_runs,
         cache_profile_batches=cache_profile_batches,
     params:
         code=CODE["build_cache"],
@@ -25,7 +25,8 @@ rule build_cache:
         out_dir=output_dir("sentinel"),
     shell:
         "rffm build_cache --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
-        " --disk-headroom {resources.disk_headroom} --device {resources.device}"
-        " --profile-dir {resources.cache_profile_dirs} --profile-batches {resources.cache_profile_batches}"
-        " --threads {threads} --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir}"
-        " --out-dir {params.out_dir} --provenance {output.provenance} > {log} 2>&1"
+        " --disk-headroom {resources.disk_headroom} --device {resources.device} --threads {threads}"
+        " --scratch {resources.scratch} --store {resources.store}"
+        " --profile-runs {resources.cache_profile_runs} --profile-batches {resources.cache_profile_batches}"
+        " --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -8,10 +8,11 @@ from snakemake.exceptions import WorkflowError
 
 from rffm import config as rffm_config
 from rffm.data.sources import input_files as source_input_files
-from rffm.errors import RffmError
-from rffm.records import launch
+from rffm.errors import PlanRefused, RffmError
+from rffm.records import launch, ledger
 from rffm.records.code import code_digest
-from rffm.records.layout import SPLITS, CACHED_SPLITS, cache_files, split_file
+from rffm.records.layout import SPLITS, CACHED_SPLITS, split_file
+from rffm.records.store import open_store
 from rffm.ops.unlock import record_owner
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
@@ -74,39 +75,19 @@ wildcard_constraints:
     epoch=r"[1-9][0-9]*",
 
 
-# With a default storage provider (Google Batch: results in a GCS bucket) every file goes through the
-# results store except the hidden-state cache. For the submitting Snakemake the cache files are
-# node-local temp outputs: never expected in the bucket, grouped into one job (one VM) with the epochs
-# that read them, rebuilt when an epoch needs them again. On that VM (remote mode) they are plain
-# local files under `scratch` (the local SSD), which Snakemake never uploads.
-ON_STORAGE = workflow.storage_settings.default_storage_provider is not None
-NODE_LOCAL_CACHE = ON_STORAGE
-
-# profiles/gcp-batch reads the bucket from the environment: name a missing variable before any path
-# is resolved against the storage prefix.
-if "$" in (workflow.storage_settings.default_storage_prefix or ""):
+# ---- the results store ----
+# With a default storage provider (Google Batch: a GCS prefix) every rule output goes through it; the
+# steps also write what must outlive Snakemake's bookkeeping (ledger, artifacts, memo of epochs, launch
+# records, traces) into the same place themselves (rffm.records.store). The hidden-state cache is never
+# a workflow file: a node-local memo under `scratch`, built by whoever needs it (rffm.data.cache).
+PREFIX = workflow.storage_settings.default_storage_prefix
+# profiles/gcp-batch reads the bucket from the environment: name a missing variable first.
+if "$" in (PREFIX or ""):
     raise WorkflowError(
-        f"default-storage-prefix {workflow.storage_settings.default_storage_prefix!r} names an "
-        "environment variable that is not set. Fix: export it (profiles/README.md, Google Cloud)."
+        f"default-storage-prefix {PREFIX!r} names an environment variable that is not set. "
+        "Fix: export it (profiles/README.md, Google Cloud)."
     )
-
-
-def cache_output(path):
-    """A cache output; node-local scratch makes it a temporary file of its group job."""
-    # temp(group_jobs=True): the cache build and its epochs become one group job (one node or VM;
-    # the cluster profile names the group), the submitting host neither checks nor uploads the
-    # cache, it is deleted once the group's epochs are done, and rebuilt when epochs need it again.
-    if not NODE_LOCAL_CACHE:
-        return path
-    return (
-        local(path)
-        if ON_STORAGE and workflow.remote_exec
-        else temp(path, group_jobs=True)
-    )
-
-
-def cache_input(path):
-    return local(path) if ON_STORAGE and workflow.remote_exec else path
+STORE = f"{PREFIX.rstrip('/')}/{RESULTS}" if PREFIX else RESULTS
 
 
 # Directories are derived from the job's own input/output paths, which under a storage provider
@@ -134,11 +115,7 @@ def backbone_file(backbone, name):
 
 
 def cache_file(dataset, backbone, name):
-    return f"{SCRATCH}/{dataset}__{backbone}/{name}"
-
-
-def cache_provenance_file(dataset, backbone):
-    return f"{RESULTS}/caches/{dataset}__{backbone}/provenance.json"
+    return f"{RESULTS}/caches/{dataset}__{backbone}/{name}"
 
 
 def run_file(run, name):
@@ -187,6 +164,11 @@ def run_spec(wildcards):
     return as_json({"run": wildcards.run, **run})
 
 
+def selection_source(run):
+    """What a run's selected artifact comes from (config and code); its ledger entry records it."""
+    return ledger.selection_source(config, run, CODE)
+
+
 # ---- execution settings (resources: how a step runs, never what it computes) ----
 # Snakemake's rerun triggers (mtime, params, input, software-env, code) never look at resources,
 # so changing any of these plans no job; tests/workflow/test_execution_settings.py proves it.
@@ -196,6 +178,7 @@ BACKBONE_BATCH = config["cache"]["batch_size"]
 DISK_HEADROOM = str(config["cache"]["disk_headroom"])
 BATCH_PROFILE = f"{SCRATCH}/batch_profile.json"
 LAUNCH_PROFILE = config.get("launch_profile", "")
+MEMO_STORE = config.get("checkpoint_store", "")
 
 
 def profiling_runs(dataset, backbone):
@@ -208,9 +191,8 @@ def profiling_runs(dataset, backbone):
     ]
 
 
-def cache_profile_dirs(wildcards):
-    runs = profiling_runs(wildcards.dataset, wildcards.backbone)
-    return " ".join(run_file(run, "profiling") for run in runs)
+def cache_profile_runs(wildcards):
+    return " ".join(profiling_runs(wildcards.dataset, wildcards.backbone))
 
 
 def cache_profile_batches(wildcards):
@@ -218,14 +200,29 @@ def cache_profile_batches(wildcards):
     return min((config["runs"][r]["profiling"]["batch_count"] for r in runs), default=0)
 
 
-def profile_dir(wildcards):
-    return run_file(wildcards.run, "profiling")
-
-
 def epoch_profile_batches(wildcards):
     """Epochs 1 and 2 of a profiling run trace themselves; later epochs never depend on profiling."""
     profiling = run_config(wildcards.run).get("profiling")
     return profiling["batch_count"] if profiling and int(wildcards.epoch) <= 2 else 0
+
+
+# ---- groups: on a cluster, one job (one node or VM) per run for its epochs ----
+
+
+def cache_group(wildcards):
+    """The build of a cache joins the epochs of the one run that reads it (its memo is then built once,
+    on that node); a cache several runs read is built by its own job and each run's node builds its memo.
+    """
+    runs = [
+        name
+        for name, run in config["runs"].items()
+        if (run["dataset"], run["backbone"]) == (wildcards.dataset, wildcards.backbone)
+    ]
+    return (
+        f"train_{runs[0]}"
+        if len(runs) == 1
+        else f"cache_{wildcards.dataset}__{wildcards.backbone}"
+    )
 
 
 # ---- input functions ----
@@ -250,35 +247,47 @@ def imported_checkpoint(wildcards):
     return ancient(config["backbones"][wildcards.backbone]["path"])
 
 
+def cache_sources(dataset, backbone):
+    """What a cache is built from, as files (an epoch on a fresh node builds it too)."""
+    return ancient(
+        [dataset_file(dataset, "sentinel.json")]
+        + [dataset_file(dataset, split_file(s)) for s in CACHED_SPLITS]
+        + [
+            backbone_file(backbone, "sentinel.json"),
+            backbone_file(backbone, "backbone.pt"),
+        ]
+    )
+
+
 def cache_inputs(wildcards):
     return {
         "dataset": dataset_file(wildcards.dataset, "sentinel.json"),
-        "splits": ancient(
-            [dataset_file(wildcards.dataset, split_file(s)) for s in CACHED_SPLITS]
-        ),
         "backbone": backbone_file(wildcards.backbone, "sentinel.json"),
-        "weights": ancient(backbone_file(wildcards.backbone, "backbone.pt")),
+        "sources": cache_sources(wildcards.dataset, wildcards.backbone),
     }
+
+
+# A step checks the sentinels it consumes and their links to the sentinels before them: those must be
+# on the job's machine too (a storage provider only fetches declared inputs), as ancient inputs.
+def cache_record(run):
+    cfg = run_config(run)
+    return cache_file(cfg["dataset"], cfg["backbone"], "sentinel.json")
 
 
 def epoch_inputs(wildcards):
     cfg = run_config(wildcards.run)
     inputs = {
-        "cache": cache_input(
-            cache_file(cfg["dataset"], cfg["backbone"], "sentinel.json")
-        ),
-        "cache_files": ancient(
-            [
-                cache_input(cache_file(cfg["dataset"], cfg["backbone"], f))
-                for f in cache_files()
-            ]
-        ),
+        "cache": cache_record(wildcards.run),
+        "sources": cache_sources(cfg["dataset"], cfg["backbone"]),
     }
     epoch = int(wildcards.epoch)
     if epoch > 1:
         inputs["previous"] = epoch_file(wildcards.run, epoch - 1, "sentinel.json")
+        before = (
+            [epoch_file(wildcards.run, epoch - 2, "sentinel.json")] if epoch > 2 else []
+        )
         inputs["previous_checkpoint"] = ancient(
-            epoch_file(wildcards.run, epoch - 1, "checkpoint.pt")
+            [epoch_file(wildcards.run, epoch - 1, "checkpoint.pt"), *before]
         )
     return inputs
 
@@ -295,49 +304,62 @@ def selection_inputs(wildcards):
             epoch_file(wildcards.run, e, "sentinel.json")
             for e in run_epochs(wildcards.run)
         ],
-        "metrics": ancient(
+        "files": ancient(
             [
-                epoch_file(wildcards.run, e, "metrics.json")
+                epoch_file(wildcards.run, e, name)
                 for e in run_epochs(wildcards.run)
+                for name in ("metrics.json", "checkpoint.pt")
             ]
-        ),
-        "checkpoints": ancient(
-            [
-                epoch_file(wildcards.run, e, "checkpoint.pt")
-                for e in run_epochs(wildcards.run)
-            ]
+            + [cache_record(wildcards.run)]
         ),
     }
 
 
+def qualified_runs():
+    """Runs the ledger holds an entry for (read once, by the submitting Snakemake only)."""
+    if not workflow.is_main_process or workflow.remote_exec:
+        return {}
+    return ledger.runs_qualified(open_store(STORE))
+
+
+QUALIFIED = None
+
+
+def refuse_changed_qualified_run(run):
+    """Stop while the plan is built, before any job runs or any file is deleted, when a run that
+    spent its test exposure would be trained or selected again from changed settings."""
+    global QUALIFIED
+    if QUALIFIED is None:
+        QUALIFIED = qualified_runs()
+    problem = ledger.frozen_run_problem(QUALIFIED.get(run, []), selection_source(run))
+    if problem:
+        raise PlanRefused(f"rffm: {problem}")
+
+
 def qualify_inputs(wildcards):
+    refuse_changed_qualified_run(wildcards.run)
     cfg = run_config(wildcards.run)
     dataset, backbone = cfg["dataset"], cfg["backbone"]
-    steps = [
+    provenance = [
         dataset_file(dataset, "provenance.json"),
         backbone_file(backbone, "provenance.json"),
+        cache_file(dataset, backbone, "provenance.json"),
         run_file(wildcards.run, "selection/provenance.json"),
         *(
-            epoch_file(wildcards.run, e, "provenance.json")
+            epoch_file(wildcards.run, e, name)
             for e in run_epochs(wildcards.run)
+            for name in ("provenance.json", "sentinel.json")
         ),
     ]
     return {
         "selection": run_file(wildcards.run, "selection/sentinel.json"),
         "selection_json": ancient(run_file(wildcards.run, "selection/selection.json")),
-        "artifact": ancient(run_file(wildcards.run, "selection/artifact")),
         "backbone": backbone_file(backbone, "sentinel.json"),
         "weights": ancient(backbone_file(backbone, "backbone.pt")),
         "dataset": dataset_file(dataset, "sentinel.json"),
         "test": ancient(dataset_file(dataset, split_file("test"))),
-        "cache_provenance": ancient(cache_provenance_file(dataset, backbone)),
-        "provenance": ancient(steps),
-        "epoch_metrics": ancient(
-            [
-                epoch_file(wildcards.run, e, "metrics.json")
-                for e in run_epochs(wildcards.run)
-            ]
-        ),
+        "cache": ancient(cache_file(dataset, backbone, "sentinel.json")),
+        "records": ancient(provenance),
     }
 
 
@@ -345,8 +367,11 @@ def qualify_dirs(wildcards, input):
     return {
         "dataset": os.path.dirname(input.dataset),
         "backbone": os.path.dirname(input.backbone),
+        "cache": os.path.dirname(input.cache),
         "selection": os.path.dirname(input.selection),
-        "epochs": " ".join(os.path.dirname(f) for f in input.epoch_metrics),
+        "epochs": " ".join(
+            os.path.dirname(f) for f in input.records if f.endswith("sentinel.json")
+        ),
     }
 
 
@@ -378,10 +403,30 @@ def profiling_inputs(wildcards):
     cfg = run_config(wildcards.run)
     epochs = profiled_epochs(wildcards.run)
     return {
+        "cache": cache_record(wildcards.run),
         "epochs": [epoch_file(wildcards.run, e, "sentinel.json") for e in epochs],
         "timings": ancient(
-            [cache_provenance_file(cfg["dataset"], cfg["backbone"])]
+            [cache_file(cfg["dataset"], cfg["backbone"], "provenance.json")]
             + [epoch_file(wildcards.run, e, "provenance.json") for e in epochs]
+            + [
+                dataset_file(cfg["dataset"], "sentinel.json"),
+                backbone_file(cfg["backbone"], "sentinel.json"),
+            ]
+        ),
+    }
+
+
+def manifest_inputs(wildcards):
+    cfg = run_config(wildcards.run)
+    return {
+        "qualification": run_file(wildcards.run, "qualification/sentinel.json"),
+        "manifest": ancient(run_file(wildcards.run, "qualification/run_manifest.json")),
+        "linked": ancient(
+            [
+                run_file(wildcards.run, "selection/sentinel.json"),
+                dataset_file(cfg["dataset"], "sentinel.json"),
+                backbone_file(cfg["backbone"], "sentinel.json"),
+            ]
         ),
     }
 
@@ -418,9 +463,7 @@ def on_start():
     record_owner(os.getcwd())
     try:
         launch.record_launch(
-            LAUNCH_PROFILE,
-            workflow.basedir,
-            [run_file(run, "launch") for run in config["runs"]],
+            LAUNCH_PROFILE, workflow.basedir, open_store(STORE), list(config["runs"])
         )
-    except RffmError as error:
-        raise WorkflowError(f"rffm: {error}") from None
+    except RffmError as error:  # before any job: stop with the one line
+        raise PlanRefused(f"rffm: {error}") from None

@@ -33,16 +33,18 @@ rule qualify:
         device=DEVICE,
         backbone_batch=BACKBONE_BATCH,
         batch_profile=BATCH_PROFILE,
+        store=STORE,
         launch_profile=LAUNCH_PROFILE,
     params:
         spec=run_spec,
+        source=lambda wildcards: as_json(selection_source(wildcards.run)),
         code=CODE["qualify"],
         dirs=qualify_dirs,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm qualify --spec {params.spec:q} --threads {threads}"
+        "rffm qualify --spec {params.spec:q} --source {params.source:q} --threads {threads}"
         " --selection-dir {params.dirs[selection]} --dataset-dir {params.dirs[dataset]}"
-        " --backbone-dir {params.dirs[backbone]} --cache-provenance {input.cache_provenance}"
+        " --backbone-dir {params.dirs[backbone]} --cache-record-dir {params.dirs[cache]}"
         " --epoch-dirs {params.dirs[epochs]} --launch-profile={resources.launch_profile:q}"
         " --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
-        " --device {resources.device} --out-dir {params.out_dir} > {log} 2>&1"
+        " --store {resources.store} --device {resources.device} --out-dir {params.out_dir} > {log} 2>&1"

@@ -17,6 +17,7 @@ rule plot_training:
             for e in run_epochs(wildcards.run)
         ],
         selection=run_file("{run}", "selection/sentinel.json"),
+        linked=ancient(lambda wildcards: cache_record(wildcards.run)),
     output:
         curves=report(
             run_file("{run}", "report/validation/training_curves.png"),
@@ -50,8 +51,7 @@ rule plot_training:
 
 rule summarize_manifest:
     input:
-        qualification=run_file("{run}", "qualification/sentinel.json"),
-        manifest=ancient(run_file("{run}", "qualification/run_manifest.json")),
+        unpack(manifest_inputs),
     output:
         table=report(
             run_file("{run}", "report/qualification/manifest_summary.html"),
@@ -82,20 +82,29 @@ rule summarize_profiling:
         sentinel=run_file("{run}", "profiling/sentinel.json"),
     log:
         f"{RESULTS}/logs/summarize_profiling/{{run}}.log",
+    resources:
+        store=STORE,
     params:
         code=CODE["summarize_profiling"],
-        cache_provenance=lambda wildcards, input: input.timings[0],
+        cache_dir=input_dir("cache"),
         epoch_dirs=input_dirs("epochs"),
         profile_dir=output_dir("summary"),
     shell:
-        "rffm summarize_profiling --run {wildcards.run} --cache-provenance {params.cache_provenance}"
-        " --epoch-dirs {params.epoch_dirs} --profile-dir {params.profile_dir} > {log} 2>&1"
+        "rffm summarize_profiling --run {wildcards.run} --cache-record-dir {params.cache_dir}"
+        " --epoch-dirs {params.epoch_dirs} --store {resources.store} --profile-dir {params.profile_dir} > {log} 2>&1"
 
 
 rule plot_cache_lifecycle:
     input:
         profiling=lambda wildcards: run_file(wildcards.run, "profiling/sentinel.json"),
         summary=ancient(profiling_summary),
+        linked=ancient(
+            lambda wildcards: [cache_record(wildcards.run)]
+            + [
+                epoch_file(wildcards.run, e, "sentinel.json")
+                for e in profiled_epochs(wildcards.run)
+            ]
+        ),
     output:
         figure=report(
             run_file("{run}", "report/profiling/cache_lifecycle.png"),

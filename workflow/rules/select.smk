@@ -3,11 +3,13 @@ rule select_checkpoint:
         unpack(selection_inputs),
     output:
         selection=run_file("{run}", "selection/selection.json"),
-        artifact=directory(run_file("{run}", "selection/artifact")),
+        model_card=run_file("{run}", "selection/model_card.json"),
         provenance=run_file("{run}", "selection/provenance.json"),
         sentinel=run_file("{run}", "selection/sentinel.json"),
     log:
         f"{RESULTS}/logs/select_checkpoint/{{run}}.log",
+    resources:
+        store=STORE,
     params:
         spec=run_spec,
         code=CODE["select_checkpoint"],
@@ -15,4 +17,4 @@ rule select_checkpoint:
         out_dir=output_dir("sentinel"),
     shell:
         "rffm select_checkpoint --spec {params.spec:q} --epoch-dirs {params.epoch_dirs}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"

@@ -8,19 +8,28 @@ rule train_epoch:
         sentinel=epoch_file("{run}", "{epoch}", "sentinel.json"),
     log:
         f"{RESULTS}/logs/train_epoch/{{run}}/{{epoch}}.log",
+    group:
+        "train_{run}"
     threads: config["epoch_threads"]
     resources:
         device=DEVICE,
+        backbone_batch=BACKBONE_BATCH,
+        disk_headroom=DISK_HEADROOM,
+        batch_profile=BATCH_PROFILE,
+        scratch=SCRATCH,
+        store=STORE,
+        memo_store=MEMO_STORE,
         epoch_profile_batches=epoch_profile_batches,
     params:
         spec=epoch_spec,
         code=CODE["train_epoch"],
         cache_dir=input_dir("cache"),
         previous=previous_epoch_arg,
-        profile_dir=profile_dir,
         out_dir=output_dir("sentinel"),
     shell:
         "rffm train_epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
-        " --cache-dir {params.cache_dir} {params.previous} --device {resources.device}"
-        " --profile-dir {params.profile_dir}"
+        " --cache-record-dir {params.cache_dir} {params.previous} --device {resources.device}"
+        " --scratch {resources.scratch} --store {resources.store} --memo-store={resources.memo_store:q}"
+        " --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
+        " --disk-headroom {resources.disk_headroom}"
         " --profile-batches {resources.epoch_profile_batches} --out-dir {params.out_dir} > {log} 2>&1"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,12 +95,21 @@ def forward_only(dataset_dir: Path, model: backbone.IQPatchTransformer, batch_si
 def build_cache(
     dataset_dir: Path, backbone_dir: Path, out: Path, batch_size: int, profile: Path | None = None, device: str = "cpu"
 ) -> float:
+    """Seconds of a build_cache step (record and memo, hashing included); its cache ends up in `out`."""
     started = time.perf_counter()
-    provenance_path = out.parent / f"{out.name}.provenance.json"
     headroom = entry_defaults("cache", {})["disk_headroom"]
     options = {"batch_size": batch_size, "disk_headroom": headroom, "batch_profile": profile, "device": str(device)}
-    build_cache_step.run(dataset_dir, backbone_dir, out, provenance_path, **options)
-    return time.perf_counter() - started
+    scratch = out.with_name(out.name + ".scratch")
+    build_cache_step.run(dataset_dir, backbone_dir, out.with_name(out.name + ".record"), scratch, **options)
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(out, ignore_errors=True)
+    (scratch / "bench__bench").rename(out)
+    return elapsed
+
+
+def open_cache(cache_dir: Path) -> tuple[dict, dict]:
+    """The splits of a cache this bench built (checked against its memo sentinel)."""
+    return cache.open_memo(cache_dir, cache.memo_recipe(cache_dir), "bench")
 
 
 def head_steps(batches, head, optimizer) -> None:
@@ -137,7 +147,7 @@ def head_validation(batches, head) -> None:
 
 def cached_epoch(cache_dir: Path, device: torch.device = torch.device("cpu")) -> float:
     """Seconds for one epoch of the head reading the cache: train pass + validation pass."""
-    splits, meta = cache.open_cache(cache_dir, "bench")
+    splits, meta = open_cache(cache_dir)
     head, optimizer = fresh_head(meta, device)
     batches = epoch_orders(len(splits["train"]))
     started = time.perf_counter()
@@ -154,7 +164,7 @@ def recompute_epoch(
 
     With in_ram the IQ is loaded before timing, which leaves only the backbone's cost (a lower bound).
     """
-    _, meta = cache.open_cache(cache_dir, "bench")
+    _, meta = open_cache(cache_dir)
     head, optimizer = fresh_head(meta, device)
 
     def recomputed(iq, labels, batches):
@@ -176,7 +186,7 @@ def recompute_epoch(
 
 def head_only(cache_dir: Path, device: torch.device = torch.device("cpu")) -> float:
     """Seconds for the head's compute alone (train + validation) on batches already in (device) memory."""
-    splits, meta = cache.open_cache(cache_dir, "bench")
+    splits, meta = open_cache(cache_dir)
     head, optimizer = fresh_head(meta, device)
 
     def resident(split, rows):
@@ -214,7 +224,7 @@ def oom_probes(dataset_dir: Path, backbone_dir: Path, work: Path, limit: int, de
     try:
         for name in ("unseeded", "seeded"):
             build_cache(dataset_dir, backbone_dir, work / f"cache-{name}", 1024, profile, device)
-            stats = json.loads((work / f"cache-{name}.provenance.json").read_text())["batch_stats"]
+            stats = json.loads((work / f"cache-{name}.record/provenance.json").read_text())["batch_stats"]
             counts.append(sum(s["ooms"] for s in stats.values()))
     finally:
         if previous is None:

@@ -1,11 +1,17 @@
-"""The hidden-state cache format: frozen-backbone outputs for train and val, BF16 in memory-mapped files.
+"""The hidden-state cache: frozen-backbone outputs for train and val, BF16 in memory-mapped files.
+
+The cache is a node-local memo, never a workflow file: `<scratch>/<dataset>__<backbone>/` holds the
+files and a sealed memo sentinel naming the recipe it was built from (the digests of the dataset and
+backbone sentinels and of the build code, recorded in results by build_cache). Whoever needs it and
+does not find it (build_cache, or an epoch on a fresh node or VM) builds it into a temporary
+directory and renames it into place, so a half-built cache is never seen; a cache of another recipe
+is replaced. Readers check every byte against the memo sentinel before an epoch reads it.
 
 Build: files are preallocated at their exact size (fallocate, so a full disk fails up front, not
 as SIGBUS mid-write); the backbone runs in the caller in adaptive batches while a background
-writer assigns finished batches into the map through a bounded queue (backpressure, bounded RAM)
-and periodically drops written pages from this process's page tables (the data stays in the page
-cache and the file). The split boundary waits for outstanding writes; the sentinel is written
-after the last write has landed and the files are fsynced.
+writer assigns finished batches into the map through a bounded queue (backpressure, bounded RAM),
+hashes them in file order (xxh3-128 of every byte, with no second read) and periodically drops
+written pages from this process's page tables. The split boundary waits for outstanding writes.
 
 Read: whole batches are gathered from the map with sorted row indices, restored to FP32, and one
 batch is prefetched ahead by a background thread (into pinned memory with non-blocking copies on
@@ -14,10 +20,12 @@ CUDA). Epochs never reopen signal records and never construct the backbone.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import queue
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -27,12 +35,13 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+import xxhash
 
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import backbone
-from rffm.records.files import read_json
-from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_files, hidden_file
-from rffm.records.sentinel import require_intact
+from rffm.records.files import atomic_write_bytes, atomic_write_json, read_json, sha256_file, sha256_json
+from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_files, hidden_file, split_file
+from rffm.records.sentinel import check_record, file_record, parts_record, require_intact, seal, unseal
 from rffm.runtime import batching
 from rffm.runtime.profiling import BatchTracer, PhaseTimes
 from rffm.runtime.progress import Progress
@@ -61,6 +70,18 @@ def human_bytes(count: float) -> str:
             return f"{count:.1f} {unit}"
         count /= 1024
     return f"{count:.1f} TiB"
+
+
+def cache_bytes(counts: dict[str, int], tokens: int, dim: int, block: int = 4096) -> int:
+    """Disk space every file of a cache takes, each rounded up to whole filesystem blocks."""
+
+    def blocks(size: int) -> int:
+        return -(-size // block) * block
+
+    total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
+    for count in counts.values():
+        total += blocks(count * tokens * dim * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
+    return total
 
 
 def check_disk_budget(directory: Path, needed: int, headroom: float) -> None:
@@ -110,6 +131,8 @@ class BackgroundWriter:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._since_release = 0
+        self.digest = xxhash.xxh3_128()  # of every byte of the file, in file order (batches arrive in order)
+        self._next_row = 0
         self.thread = threading.Thread(target=self._run, name="cache-writer", daemon=True)
         self.thread.start()
 
@@ -130,8 +153,13 @@ class BackgroundWriter:
                     return
                 if self.error is None:
                     start, bits = item
+                    if start != self._next_row:
+                        raise RuntimeError(f"cache writer: rows from {start} arrived, expected {self._next_row}")
                     with self.phases.phase("memmap_assign"):
                         self.assign(start, bits)
+                    with self.phases.phase("hash"):
+                        self.digest.update(np.ascontiguousarray(bits))
+                    self._next_row = start + len(bits)
                     self._since_release += bits.nbytes
                     if self._since_release >= RELEASE_BYTES:
                         with self.phases.phase("writeback"):
@@ -179,8 +207,8 @@ def cache_split(
     tracer: BatchTracer,
     progress: Progress,
     device: torch.device,
-) -> dict[str, int]:
-    """Backbone over one split into the map; returns the adaptive-batch stats."""
+) -> tuple[dict[str, int], bytes]:
+    """Backbone over one split into the map; returns the adaptive-batch stats and the file's xxh3-128 digest."""
     writer = BackgroundWriter(target, phases)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     with h5py.File(source, "r") as handle:
@@ -207,7 +235,7 @@ def cache_split(
             writer.close()
     stats = {key: value - before[key] for key, value in stats.items()}
     stats["max_in_flight"] = writer.max_in_flight
-    return stats
+    return stats, writer.digest.digest()
 
 
 class CacheSplit:
@@ -272,11 +300,178 @@ def prefetched(
     worker.join()
 
 
-def open_cache(cache_dir: str | Path, consumer: str) -> tuple[dict[str, CacheSplit], dict[str, Any]]:
-    """Check a cache against its sentinel and open its splits for reading."""
-    cache_dir = Path(cache_dir)
-    sentinel = require_intact(cache_dir / SENTINEL_NAME, cache_files(), consumer)
-    meta = read_json(cache_dir / "meta.json")
-    if meta["backbone_fingerprint"] != sentinel["backbone_fingerprint"]:
-        raise IntegrityError(f"{cache_dir}/meta.json: backbone fingerprint disagrees with the sentinel")
-    return {split: CacheSplit(cache_dir, split, meta) for split in CACHED_SPLITS}, meta
+# ---- the memo: build, materialize, open ----
+
+
+def recipe(record: dict[str, Any]) -> str:
+    """What a cache is built from, as one digest: the upstream sentinels and the build code a build_cache record names."""
+    return sha256_json({"inputs": {role: ref["sha256"] for role, ref in record["inputs"].items()}, "code": record["code_sha256"]})
+
+
+def build(
+    dataset_dir: Path,
+    backbone_dir: Path,
+    directory: Path,
+    recipe_digest: str,
+    classes: list[str],
+    *,
+    batch_size: int,
+    batch_profile: str | Path | None,
+    device: torch.device,
+    phases: PhaseTimes,
+    trace_path: Path | None = None,
+    profile_batches: int = 0,
+) -> dict[str, Any]:
+    """Run the frozen backbone over train and val into `directory` and seal it with its memo sentinel; the build's stats."""
+    model = backbone.load(backbone_dir / "backbone.pt", device)
+    arch = model.arch
+    counts = {split: split_count(dataset_dir / split_file(split)) for split in CACHED_SPLITS}
+    profile = batching.BatchProfile(batch_profile)
+    key = batching.profile_key(model.fingerprint, (2, arch.length), "float32", batching.device_context(device))
+    controller = batching.AdaptiveBatch(maximum=batch_size)
+    seeded = profile.seed(key, controller)
+    tracer = BatchTracer(trace_path, profile_batches, phases)
+    progress = Progress("build_cache", total=sum(counts.values()), unit="example")
+    outputs: dict[str, Any] = {}
+    stats = {}
+    for split in CACHED_SPLITS:
+        path = directory / hidden_file(split)
+        with phases.phase("preallocation"):
+            target = preallocate(path, (counts[split], arch.tokens, arch.dim))
+        stats[split], digest = cache_split(model, dataset_dir / split_file(split), target, controller, phases, tracer, progress, device)
+        with phases.phase("fsync"):
+            del target
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        outputs[hidden_file(split)] = parts_record(path, [], known={0: digest})
+        with h5py.File(dataset_dir / split_file(split), "r") as handle:
+            np.save(directory / f"{split}.labels.npy", handle["label"][()])
+            np.save(directory / f"{split}.snr.npy", handle["snr_db"][()])
+        for name in (f"{split}.labels.npy", f"{split}.snr.npy"):
+            outputs[name] = file_record(directory / name)
+    tracer.close()
+    progress.close()
+    if controller.largest_good:
+        profile.remember(key, controller, controller.largest_good, {"input_shape": [2, arch.length], **batching.device_context(device)})
+    meta = {
+        "backbone_fingerprint": model.fingerprint,
+        "classes": classes,
+        "dtype": "bfloat16",
+        "shapes": {split: [counts[split], arch.tokens, arch.dim] for split in CACHED_SPLITS},
+    }
+    atomic_write_json(directory / "meta.json", meta)
+    outputs["meta.json"] = file_record(directory / "meta.json")
+    atomic_write_bytes(directory / SENTINEL_NAME, seal({"stage": "build_cache", "recipe": recipe_digest, "outputs": outputs}))
+    return {"batch_size_max": batch_size, "batch_stats": stats, "profile_seeded": seeded, "meta": meta}
+
+
+def memo_recipe(memo_dir: Path) -> str | None:
+    """The recipe a memo directory was built from, None when there is no (sealed) memo there."""
+    try:
+        return unseal(memo_dir / SENTINEL_NAME, (memo_dir / SENTINEL_NAME).read_bytes(), "cache memo sentinel").get("recipe")
+    except (FileNotFoundError, IntegrityError):
+        return None
+
+
+def materialize(memo_dir: Path, recipe_digest: str, build_into) -> dict[str, Any] | None:
+    """Make sure `memo_dir` holds the cache of this recipe: build it (via `build_into(directory)`) when it is
+    missing or of another recipe; the build's stats, None when a ready cache was found."""
+    memo_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(memo_dir.parent / f".{memo_dir.name}.lock", "a") as lock:
+        try:  # one builder per node at a time; the rename below keeps concurrent builders on other nodes safe
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        if memo_recipe(memo_dir) == recipe_digest:
+            return None
+        building = memo_dir.parent / f".{memo_dir.name}.{socket.gethostname()}.{os.getpid()}.building"
+        shutil.rmtree(building, ignore_errors=True)
+        building.mkdir()
+        try:
+            stats = build_into(building)
+            if memo_dir.exists():  # another recipe's cache (or a damaged one): replaced
+                shutil.rmtree(memo_dir)
+            os.rename(building, memo_dir)
+        except OSError:
+            if memo_recipe(memo_dir) != recipe_digest:
+                raise
+            stats = None  # another node renamed the same recipe into place first
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    return stats
+
+
+def memo_dir(scratch: str | Path, key: dict[str, str]) -> Path:
+    """Where the cache of a (dataset, backbone) lives on a node."""
+    return Path(scratch) / f"{key['dataset']}__{key['backbone']}"
+
+
+def ensure(
+    record: dict[str, Any],
+    record_dir: Path,
+    scratch: str | Path,
+    options: dict[str, Any],
+    phases: PhaseTimes,
+    trace_path: Path | None = None,
+    profile_batches: int = 0,
+) -> tuple[Path, dict[str, Any] | None]:
+    """The memo directory of a cache record on this node, built first when it is missing; (directory, build stats or None)."""
+    directory = memo_dir(scratch, record["key"])
+    dataset_dir = (record_dir / record["inputs"]["dataset"]["path"]).parent
+    backbone_dir = (record_dir / record["inputs"]["backbone"]["path"]).parent
+    shapes = record["cache"]["shapes"]
+    if options["disk_headroom"] > 0 and memo_recipe(directory) != recipe(record):
+        counts = {split: shapes[split][0] for split in CACHED_SPLITS}
+        needed = cache_bytes(counts, shapes["train"][1], shapes["train"][2])
+        check_disk_budget(directory.parent, needed, options["disk_headroom"])
+
+    def build_into(target: Path) -> dict[str, Any]:
+        for role, files in (("dataset", [split_file(s) for s in CACHED_SPLITS]), ("backbone", ["backbone.pt"])):
+            sentinel = record_dir / record["inputs"][role]["path"]
+            require_intact(sentinel, files, "build_cache")
+            if sha256_file(sentinel) != record["inputs"][role]["sha256"]:
+                raise IntegrityError(f"{sentinel}: not the {role} the cache record {record_dir} names. Fix: rerun snakemake.")
+        return build(
+            dataset_dir,
+            backbone_dir,
+            target,
+            recipe(record),
+            record["cache"]["classes"],
+            batch_size=options["batch_size"],
+            batch_profile=options.get("batch_profile"),
+            device=torch.device(options.get("device", "cpu")),
+            phases=phases,
+            trace_path=trace_path,
+            profile_batches=profile_batches,
+        )
+
+    return directory, materialize(directory, recipe(record), build_into)
+
+
+def open_memo(directory: Path, recipe_digest: str, consumer: str) -> tuple[dict[str, CacheSplit], dict[str, Any]]:
+    """Check every byte of a memo against its sentinel (and its recipe) and open its splits for reading."""
+    sentinel = directory / SENTINEL_NAME
+    if memo_recipe(directory) != recipe_digest:
+        raise IntegrityError(f"{consumer} refuses to start: {directory} holds no cache of this recipe. Fix: rerun snakemake.")
+    problems = memo_problems(directory, unseal(sentinel, sentinel.read_bytes(), "cache memo sentinel"))
+    if problems:
+        raise IntegrityError(
+            f"{consumer} refuses to start: {problems[0]} (the hidden-state cache was changed after it was built). "
+            f"Fix: delete {directory}; the next run builds it again."
+        )
+    meta = read_json(directory / "meta.json")
+    return {split: CacheSplit(directory, split, meta) for split in CACHED_SPLITS}, meta
+
+
+def memo_problems(memo_dir: Path, body: dict[str, Any]) -> list[str]:
+    """Files of a memo that do not match its sentinel (every byte is read)."""
+    records = body.get("outputs") if isinstance(body.get("outputs"), dict) else {}
+    problems = []
+    for name in cache_files():
+        record = records.get(name)
+        recorded = isinstance(record, dict) and "bytes" in record
+        problem = check_record(memo_dir / name, record) if recorded else f"{memo_dir / name}: not recorded"
+        if problem:
+            problems.append(problem)
+    return problems

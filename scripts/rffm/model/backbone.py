@@ -118,11 +118,17 @@ def save(path: str | Path, model: IQPatchTransformer, info: dict[str, Any]) -> s
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> IQPatchTransformer:
     """Load a backbone for inference, frozen, after checking its fingerprint."""
-    blob = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, foreign or hostile (never unpickled with code): one line, no advice to do so
+        raise IntegrityError(
+            f"{path}: not a loadable rffm backbone checkpoint ({type(error).__name__}); it holds objects other than "
+            "tensors and plain values, or is damaged. Fix: point at an rffm backbone.pt (the files pretrain_backbone writes)."
+        ) from None
     try:
         arch = BackboneArch(**blob["arch"])
         state = blob["state_dict"]
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise IntegrityError(f"{path}: not an rffm backbone checkpoint (missing {exc}); expected keys arch, state_dict.") from None
     actual = fingerprint(arch, state)
     if blob.get("fingerprint") not in (None, actual):

@@ -2,8 +2,8 @@
 
 A Cloud Batch job or a Vertex AI custom job runs one container command; this is it. The
 launcher's output directories arrive as AIP_MODEL_DIR (the selected artifact and its model card
-are copied there), AIP_CHECKPOINT_DIR (every completed epoch is mirrored there and restored from
-there on relaunch, rffm.checkpoints) and AIP_TENSORBOARD_LOG_DIR. Vertex AI passes them as gs://
+are copied there), AIP_CHECKPOINT_DIR (config `checkpoint_store`: every completed epoch is kept
+there and restored from there on relaunch, rffm.records.memo) and AIP_TENSORBOARD_LOG_DIR. Vertex AI passes them as gs://
 URIs; they are used through the Cloud Storage FUSE mount (/gcs/<bucket>/..., RFFM_GCS_MOUNT).
 """
 
@@ -16,13 +16,11 @@ from typing import Any
 
 from rffm import config as rffm_config
 from rffm.errors import ConfigError
-from rffm.ops import checkpoints
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records.files import atomic_write_bytes, read_json
 
 PROCEDURES = ("validation_selection", "final_qualification")
 GCS_MOUNT_ENV = "RFFM_GCS_MOUNT"
-STORE_ENV = "RFFM_CHECKPOINT_STORE"  # read by `rffm train_epoch` (--checkpoint-store)
 SNAKEFILE_ENV = "RFFM_SNAKEFILE"
 # Hook point for TensorBoard event logs: steps that write them read this variable, set here to a filesystem path.
 TENSORBOARD_ENV = "AIP_TENSORBOARD_LOG_DIR"
@@ -46,23 +44,22 @@ def default_snakefile() -> Path:
     return Path(__file__).resolve().parents[3] / "workflow" / "Snakefile"
 
 
-def load_config(configs: list[str | Path], cache_dir: str | Path, snakefile: Path) -> dict[str, Any]:
+def load_config(configs: list[str | Path], overrides: dict[str, str]) -> dict[str, Any]:
     """The merged configuration the workflow will see, with the schema's defaults filled in."""
     for path in configs:
         if not Path(path).is_file():
             raise ConfigError(f"--config {path}: no such file")
-    config = rffm_config.merge(rffm_config.load(configs, snakefile.parent / "schemas" / "config.schema.yaml"), {"scratch": str(cache_dir)})
-    return config
+    return rffm_config.merge(rffm_config.load(configs), overrides)
 
 
-def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], cache_dir: Path, procedure: str, cores: int) -> None:
+def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], overrides: dict[str, str], procedure: str, cores: int) -> None:
     """Run the procedure's target with the local executor, resuming whatever a killed launch left incomplete."""
     print(f"rffm posttrain: {clear_stale_lock(workdir)}")  # a relaunch after a kill finds the dead run's lock
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
     config_settings = ConfigSettings(
-        configfiles=[Path(c).resolve() for c in configs], config={"scratch": str(cache_dir)}, replace_workflow_config=True
+        configfiles=[Path(c).resolve() for c in configs], config=overrides, replace_workflow_config=True
     )
     with SnakemakeApi(OutputSettings(printshellcmds=True, show_failed_logs=True)) as api:
         workflow_api = api.workflow(
@@ -72,12 +69,12 @@ def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], cach
         dag_api.execute_workflow(executor="local")
 
 
-def export_model(run_dir: Path, target: Path, procedure: str) -> list[Path]:
+def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> list[Path]:
     """Copy a run's selected artifact, model card and selection (and manifest after qualification) into target."""
     selection = read_json(run_dir / "selection" / "selection.json")
     files = {
-        Path(selection["artifact_path"]).name: (run_dir / "selection" / selection["artifact_path"], 0o444),
-        "model_card.json": (run_dir / "selection" / "artifact" / "model_card.json", 0o644),
+        Path(selection["artifact_path"]).name: (results / selection["artifact_path"], 0o444),
+        "model_card.json": (run_dir / "selection" / "model_card.json", 0o644),
         "selection.json": (run_dir / "selection" / "selection.json", 0o644),
     }
     if procedure == "final_qualification":
@@ -112,14 +109,13 @@ def posttrain(
     model_dir = storage_path(os.environ.get("AIP_MODEL_DIR"), "AIP_MODEL_DIR")
     store = storage_path(os.environ.get("AIP_CHECKPOINT_DIR"), "AIP_CHECKPOINT_DIR")
     tensorboard = storage_path(os.environ.get(TENSORBOARD_ENV), TENSORBOARD_ENV)
-    config = load_config(configs, cache_dir, snakefile)
-    # The jobs are subprocesses of this one and inherit these.
-    if store is not None:
-        os.environ[STORE_ENV] = str(store)
-    if tensorboard is not None:
+    # execution settings: where the cache lives on this machine, where completed epochs are kept for a relaunch
+    overrides = {"scratch": str(cache_dir), **({"checkpoint_store": str(store)} if store is not None else {})}
+    config = load_config(configs, overrides)
+    if tensorboard is not None:  # the jobs are subprocesses of this one and inherit it
         os.environ[TENSORBOARD_ENV] = str(tensorboard)
     try:
-        run_workflow(snakefile, workdir, configs, cache_dir, procedure, cores or os.cpu_count() or 1)
+        run_workflow(snakefile, workdir, configs, overrides, procedure, cores or os.cpu_count() or 1)
     except Exception as exc:  # Snakemake reports job failures and config errors as exceptions
         print_exception(exc)
         return 1
@@ -128,10 +124,10 @@ def posttrain(
         run_dir = workdir / config["results"] / "runs" / run
         if model_dir is not None:
             target = model_dir if len(runs) == 1 else model_dir / run
-            for path in export_model(run_dir, target, procedure):
+            for path in export_model(workdir / config["results"], run_dir, target, procedure):
                 print(f"rffm posttrain: {run}: exported {path}")
         if store is not None:
-            print(f"rffm posttrain: {run}: epoch checkpoints in {checkpoints.stored_epoch(store, run, 1).parent}")
+            print(f"rffm posttrain: {run}: completed epochs kept in {store / 'memo'}")
         if procedure == "final_qualification":
             print(f"run manifest: {run_dir / 'qualification' / 'run_manifest.json'}", file=sys.stdout)
     return 0

@@ -1,13 +1,15 @@
 """A table of the runs under a results tree, read from sentinels and small JSON files (never from data).
 
 Planned epochs and the selection metric come from the workflow configuration (`--config`, or
-config/config.yaml when its `results` is this tree); the tree itself does not record the plan.
+config/config.yaml when its `results` is this tree); the tree itself does not record the plan. With
+a config, only what it plans counts: epochs beyond its count and runs it no longer has are stale
+(`rffm prune` lists and removes them), never part of a run's figures.
 
-Integrity, fast by default: for every sentinel of the run, each output exists with its recorded
-byte size, outputs up to QUICK_HASH_BYTES are re-hashed (sentinels, metrics, plots, manifests,
-model cards), and every upstream sentinel the run consumed still carries the recorded digest.
-Large files (checkpoints, artifacts above the limit, datasets, caches) are only size-checked;
-`full=True` (`rffm status --full`) re-hashes everything, exactly as `rffm verify` does.
+Integrity, fast by default: for every planned sentinel of the run, each output exists with its
+recorded byte size, outputs up to QUICK_HASH_BYTES are re-hashed (sentinels, metrics, plots,
+manifests, model cards), and every upstream sentinel the run consumed still carries the recorded
+digest. Large files (checkpoints, datasets) are only size-checked; `full=True` (`rffm status --full`)
+checks everything, exactly as `rffm verify` does.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rffm import config as rffm_config
 from rffm.errors import IntegrityError
 from rffm.records import ledger
-from rffm.records.layout import SENTINEL_NAME, split_file
-from rffm.records.sentinel import check_record, read_sentinel, record_digest, sentinel_problems
-from rffm.records.verify import link_problems
+from rffm.records.layout import SENTINEL_NAME, planned_steps, split_file
+from rffm.records.sentinel import check_record, link_problems, read_sentinel, record_digest
+from rffm.records.store import PosixStore
+from rffm.records.verify import step_problems
 from rffm.training.selection import best as best_epoch
 
 QUICK_HASH_BYTES = 1 << 20
@@ -33,48 +35,42 @@ def _sentinel(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def plan_for(results_dir: str | Path, config_paths: list[str | Path] | None) -> dict[str, Any]:
-    """The workflow config that plans this tree: the given files, else config/config.yaml when its `results` is this tree."""
-    if config_paths:
-        return rffm_config.load(config_paths)
-    default = Path("config/config.yaml")
-    if not default.exists():
-        return {}
-    config = rffm_config.load([default])
-    return config if Path(config["results"]).resolve() == Path(results_dir).resolve() else {}
-
-
 def quick_problems(sentinel_path: Path) -> list[str]:
     """Sizes of every output, hashes of the small ones, and the upstream links of one sentinel."""
-    body = read_sentinel(sentinel_path)
+    try:
+        body = read_sentinel(sentinel_path)
+    except IntegrityError as error:
+        return [str(error)]
     problems = []
     for name, record in body["outputs"].items():
         path = sentinel_path.parent / name
-        if "bytes" not in record:  # JSON-content and diagnostics records: small, check them fully
-            if problem := check_record(path, record):
-                problems.append(problem)
+        if "bytes" not in record:  # JSON-content records: small, check them fully
+            problem = check_record(path, record)
         elif not path.exists():
-            problems.append(f"{path}: missing (recorded {record['bytes']} bytes)")
+            problem = f"{path}: missing (recorded {record['bytes']} bytes)"
         elif path.stat().st_size != record["bytes"]:
-            problems.append(f"{path}: size {path.stat().st_size} bytes, recorded {record['bytes']}")
-        elif record["bytes"] <= QUICK_HASH_BYTES and (problem := check_record(path, record)):
+            problem = f"{path}: size {path.stat().st_size} bytes, recorded {record['bytes']}"
+        else:
+            problem = check_record(path, record) if record["bytes"] <= QUICK_HASH_BYTES else None
+        if problem:
             problems.append(problem)
-    return problems + link_problems(sentinel_path, None)
+    return problems + link_problems(sentinel_path, body)
 
 
-def integrity(run_dir: Path, full: bool = False) -> list[str]:
-    """Problems found in the run's sentinels (fast check, or the full `rffm verify` check)."""
+def integrity(run_dir: Path, planned: set[str] | None, full: bool = False) -> list[str]:
+    """Problems found in the run's planned sentinels (fast check, or the full `rffm verify` check)."""
     problems = []
+    results = run_dir.parent.parent
     for sentinel_path in sorted(run_dir.rglob(SENTINEL_NAME)):
-        try:
-            problems += (sentinel_problems(sentinel_path) + link_problems(sentinel_path, None)) if full else quick_problems(sentinel_path)
-        except IntegrityError as exc:
-            problems.append(str(exc))
+        if planned is not None and sentinel_path.parent.relative_to(results).as_posix() not in planned:
+            continue  # stale: not part of the current plan
+        problems += step_problems(sentinel_path) if full else quick_problems(sentinel_path)
     return problems
 
 
-def exposure(results_dir: Path, qualification: dict[str, Any] | None, run_dir: Path, dataset: str | None) -> int | None:
-    """Distinct artifacts evaluated on the run's test split so far, from the split's ledger."""
+def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> int | None:
+    """Distinct artifacts evaluated on the run's test split so far, from the ledger."""
+    qualification = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
     if qualification and "dataset" in qualification["inputs"]:
         dataset_dir = (run_dir / "qualification" / qualification["inputs"]["dataset"]["path"]).parent.resolve()
     elif dataset:
@@ -84,7 +80,10 @@ def exposure(results_dir: Path, qualification: dict[str, Any] | None, run_dir: P
     dataset_sentinel = _sentinel(dataset_dir / SENTINEL_NAME)
     if dataset_sentinel is None or split_file("test") not in dataset_sentinel["outputs"]:
         return None
-    return ledger.exposure_count(dataset_dir / ledger.LEDGER_NAME, record_digest(dataset_sentinel["outputs"][split_file("test")]))
+    try:
+        return ledger.exposure_count(PosixStore(results_dir), record_digest(dataset_sentinel["outputs"][split_file("test")]))
+    except IntegrityError:
+        return None  # a damaged ledger shows as a problem of the run's qualification
 
 
 def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: bool) -> str:
@@ -100,13 +99,16 @@ def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: b
     return "trained" if planned is not None else "training"
 
 
-def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False) -> dict[str, Any]:
-    """What one run has done so far, from its sentinels."""
+def run_status(
+    run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False, planned: set[str] | None = None
+) -> dict[str, Any]:
+    """What one run has done so far, from its sentinels (only the planned epochs when the plan is known)."""
     plan = plan or {}
+    epochs_planned = plan.get("train", {}).get("epochs")
     epochs = []
     for sentinel_path in (run_dir / "epochs").glob(f"*/{SENTINEL_NAME}"):
         body = _sentinel(sentinel_path)
-        if body:
+        if body and (epochs_planned is None or body["metrics"]["epoch"] <= epochs_planned):
             epochs.append(body["metrics"])
     epochs.sort(key=lambda m: m["epoch"])
     selection_sentinel = _sentinel(run_dir / "selection" / SENTINEL_NAME)
@@ -115,14 +117,12 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
     qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
     rule = {"metric": selection["metric"], "mode": selection["mode"]} if selection else plan.get("selection")
     best = best_epoch(epochs, rule) if rule else None
-    planned = plan.get("train", {}).get("epochs")
     manifest = run_dir / "qualification/run_manifest.json"
-    problems = integrity(run_dir, full)
     return {
         "run": run_dir.name,
-        "state": state_of(len(epochs), planned, selection is not None, qualification is not None),
+        "state": state_of(len(epochs), epochs_planned, selection is not None, qualification is not None),
         "epochs_done": len(epochs),
-        "epochs_planned": planned,
+        "epochs_planned": epochs_planned,
         "metric": rule["metric"] if rule else "-",
         "best_value": best[rule["metric"]] if best else None,
         "best_epoch": best["epoch"] if best else None,
@@ -131,19 +131,22 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
         "test_accuracy": qualification["accuracy"] if qualification else None,
         "test_macro_f1": qualification["macro_f1"] if qualification else None,
         "test_high_snr": qualification.get("accuracy_high_snr") if qualification else None,
-        "exposure_count": exposure(run_dir.parent.parent, qualification_sentinel, run_dir, plan.get("dataset")),
-        "problems": problems,
+        "exposure_count": exposure(run_dir.parent.parent, run_dir, plan.get("dataset")),
+        "problems": integrity(run_dir, planned, full),
         "manifest": str(manifest) if qualification and manifest.exists() else None,
     }
 
 
 def collect(results_dir: str | Path, config: dict[str, Any] | None = None, full: bool = False) -> list[dict[str, Any]]:
-    """Status of every run under results/runs, and of configured runs that have not started."""
+    """Status of every configured run (started or not); without a config, of every run under results/runs."""
     runs_dir = Path(results_dir) / "runs"
-    planned = (config or {}).get("runs", {})
+    configured = (config or {}).get("runs", {})
     present = {d.name for d in runs_dir.iterdir() if d.is_dir()} if runs_dir.is_dir() else set()
-    names = sorted(present | set(planned))
-    return [run_status(runs_dir / name, planned.get(name), full) for name in names]
+    if not config:
+        return [run_status(runs_dir / name, None, full) for name in sorted(present)]
+    planned = planned_steps(config)
+    rows = [run_status(runs_dir / name, configured[name], full, planned) for name in sorted(configured)]
+    return rows + [{"run": name, "state": "stale"} for name in sorted(present - set(configured))]
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -155,9 +158,11 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def render(rows: list[dict[str, Any]], full: bool = False) -> str:
-    """Plain-text table, then every integrity problem, then one manifest path per qualified run."""
+    """Plain-text table, then every integrity problem, then the stale runs, then one manifest path per qualified run."""
+    stale = [r["run"] for r in rows if r["state"] == "stale"]
+    rows = [r for r in rows if r["state"] != "stale"]
     high = next((r["test_high_snr"]["min_snr_db"] for r in rows if r.get("test_high_snr")), 10)
-    metrics = sorted({r["metric"] for r in rows})
+    metrics = sorted({r["metric"] for r in rows}) or ["-"]
     mixed = len(metrics) > 1
     best_header = "best val metric" if mixed else f"best {metrics[0]}"
     header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "artifact", "test acc"]
@@ -185,5 +190,6 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines += [f"BROKEN {problem}" for r in rows for problem in r["problems"]]
+    lines += [f"stale: runs/{name} (not in the config; `rffm prune` removes it)" for name in stale]
     lines += [f"run manifest: {r['manifest']}" for r in rows if r["manifest"]]
     return "\n".join(lines)

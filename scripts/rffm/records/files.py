@@ -105,6 +105,28 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _link_unnamed(path: Path, data: bytes, mode: int) -> bool:
+    """Create-only write through an unnamed file (O_TMPFILE) linked into place: a kill never leaves a
+    temporary name behind. False when the filesystem cannot (then a named temporary is used)."""
+    try:
+        fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, mode)
+    except (AttributeError, OSError):
+        return False
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as handle:
+            handle.write(data)
+        os.fsync(fd)
+        os.link(f"/proc/self/fd/{fd}", path)  # FileExistsError when the name is taken
+    except FileExistsError:
+        raise
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)
+    return True
+
+
 def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, create_only: bool = False) -> None:
     """Write bytes to a temporary sibling, fsync, then rename over the target.
 
@@ -113,6 +135,8 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, create_
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if create_only and _link_unnamed(path, data, mode):
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -3,22 +3,23 @@
 Each cluster profile names itself in its `config:` block (`launch_profile: gcp-batch`); Snakemake
 passes that value to the workflow and to every job. When the workflow starts (its `onstart`
 handler), the profile file that name means to Snakemake (its own lookup, snakemake.cli.get_profile_dir,
-else the checkout's profiles/<name>) is copied into each run's launch folder with its sha256, and
-never overwritten: launching the run again with an edited profile is refused. qualify reads the
-record back into the run manifest.
+else the checkout's profiles/<name>) is copied into each run's launch folder in the results store
+(the bucket on Google Batch) with its sha256, create-only: launching the run again with an edited
+profile is refused. qualify reads the record back into the run manifest.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rffm.errors import RffmError
-from rffm.records.files import atomic_write_bytes, canonical_json, read_json, sha256_bytes
+from rffm.records.files import canonical_json, sha256_bytes
+from rffm.records.store import Store
 
 LAUNCH_DIR = "launch"
 RECORD_NAME = "launch.json"
-READ_ONLY = 0o444
 
 
 class LaunchProfileChanged(RffmError):
@@ -35,56 +36,48 @@ def profile_file(name: str, workflow_dir: str | Path) -> Path:
     return Path(found[1])
 
 
-def _create_only(path: Path, data: bytes) -> bool:
-    """Write bytes to a new file atomically; False (and nothing written) when the path already exists."""
-    try:
-        atomic_write_bytes(path, data, mode=READ_ONLY, create_only=True)
-    except FileExistsError:
-        return False
-    return True
-
-
-def check_profile(name: str, profile: str | Path, launch_dir: str | Path) -> None:
-    """Raise LaunchProfileChanged when launch_dir already records a different file for this profile name."""
-    profile, folder = Path(profile), Path(launch_dir) / name
-    kept_path = folder / profile.name
-    if not kept_path.exists():
-        return
-    data, kept = profile.read_bytes(), kept_path.read_bytes()
-    if kept != data:
+def check_profile(store: Store, run: str, name: str, profile: str | Path) -> None:
+    """Raise LaunchProfileChanged when the run already records a different file for this profile name."""
+    profile = Path(profile)
+    key = f"{folder(run, name)}/{profile.name}"
+    kept, data = store.read(key), profile.read_bytes()
+    if kept is not None and kept != data:
         raise LaunchProfileChanged(
-            f"the launch profile {profile} (sha256 {sha256_bytes(data)}) differs from the one this run was launched with, "
-            f"recorded in {kept_path} (sha256 {sha256_bytes(kept)}). The record is kept as it is. "
+            f"the launch profile {profile} (sha256 {sha256_bytes(data)}) differs from the one run {run!r} was launched with, "
+            f"recorded in {store.where(key)} (sha256 {sha256_bytes(kept)}). The record is kept as it is. "
             "Fix: restore the profile file (compare the two files), or launch these changes as a new run id "
-            f"(copy the run under a new name in the config), or delete {folder} to record the new profile for this run."
+            f"(copy the run under a new name in the config), or delete {store.where(folder(run, name))} to record the new profile."
         )
 
 
-def record_profile(name: str, profile: str | Path, launch_dir: str | Path) -> dict[str, Any]:
-    """Copy a profile file create-only into launch_dir/<name>/ with its sha256; a differing earlier record is an error."""
-    profile, folder = Path(profile), Path(launch_dir) / name
-    check_profile(name, profile, launch_dir)
+def folder(run: str, name: str) -> str:
+    """The store folder of a run's record of one profile."""
+    return f"runs/{run}/{LAUNCH_DIR}/{name}"
+
+
+def record_profile(store: Store, run: str, name: str, profile: str | Path) -> dict[str, Any]:
+    """Copy a profile file create-only into the run's launch folder with its sha256; a differing earlier record is an error."""
+    profile = Path(profile)
+    check_profile(store, run, name, profile)
     data = profile.read_bytes()
     record = {"name": name, "path": str(profile), "sha256": sha256_bytes(data), "file": f"{LAUNCH_DIR}/{name}/{profile.name}"}
-    _create_only(folder / profile.name, data)
-    _create_only(folder / RECORD_NAME, canonical_json(record).encode())
+    store.create(f"{folder(run, name)}/{profile.name}", data)
+    store.create(f"{folder(run, name)}/{RECORD_NAME}", canonical_json(record).encode())
     return record
 
 
-def record_launch(name: str | None, workflow_dir: str | Path, launch_dirs: list[str | Path]) -> dict[str, Any] | None:
-    """Record the named profile in every run's launch folder (all checked before any is written); None without a name."""
+def record_launch(name: str | None, workflow_dir: str | Path, store: Store, runs: list[str]) -> dict[str, Any] | None:
+    """Record the named profile for every run (all checked before any is written); None when the launch names none."""
     if not name:
         return None
     profile = profile_file(name, workflow_dir)
-    for directory in launch_dirs:
-        check_profile(name, profile, directory)
-    records = [record_profile(name, profile, directory) for directory in launch_dirs]
+    for run in runs:
+        check_profile(store, run, name, profile)
+    records = [record_profile(store, run, name, profile) for run in runs]
     return records[0] if records else None
 
 
-def recorded(run_dir: str | Path, name: str | None) -> dict[str, Any]:
+def recorded(store: Store, run: str, name: str | None) -> dict[str, Any]:
     """The launch record a run holds for a profile name (what the manifest reports); nulls without one."""
-    path = Path(run_dir) / LAUNCH_DIR / (name or "-") / RECORD_NAME
-    if not name or not path.exists():
-        return {"name": name, "path": None, "sha256": None, "file": None}
-    return read_json(path)
+    data = store.read(f"{folder(run, name)}/{RECORD_NAME}") if name else None
+    return json.loads(data) if data else {"name": name or None, "path": None, "sha256": None, "file": None}

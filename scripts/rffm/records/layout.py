@@ -24,9 +24,30 @@ def cache_files() -> list[str]:
     return names
 
 
-ARTIFACT_DIR = "artifact"
+ARTIFACTS = "artifacts"  # the results store's folder of selected heads, by content
+MODEL_CARD = "model_card.json"
 
 
 def artifact_name(sha256: str) -> str:
     """A selected head's file name: its content address."""
     return f"sha256-{sha256}.pt"
+
+
+# Folders of the results store that hold records, never rule outputs: kept whatever the config says.
+KEPT = ("ledger", ARTIFACTS, "memo")
+
+
+def planned_steps(config: dict) -> set[str]:
+    """The step folders (relative to results) the config's full plan (final_qualification) writes sentinels in."""
+    folders = set()
+    for name, run in config.get("runs", {}).items():
+        dataset, backbone = run["dataset"], run["backbone"]
+        folders |= {f"datasets/{dataset}", f"backbones/{backbone}", f"caches/{dataset}__{backbone}"}
+        spec = config["backbones"].get(backbone, {})
+        if spec.get("dataset"):
+            folders.add(f"datasets/{spec['dataset']}")
+        folders |= {f"runs/{name}/epochs/{epoch}" for epoch in range(1, run["train"]["epochs"] + 1)}
+        folders |= {f"runs/{name}/{step}" for step in ("selection", "qualification", "report/validation", "report/qualification")}
+        if run.get("profiling"):
+            folders |= {f"runs/{name}/profiling", f"runs/{name}/report/profiling"}
+    return folders

@@ -1,61 +1,155 @@
-"""The test-split ledger: every (run, artifact) ever qualified on a split, beside the split."""
+"""The test-split ledger: one create-only entry per (test split, run) in the results store.
+
+An entry records the artifact a run qualified on a test split, the result, and the configuration
+and code the run's selection came from. It is written once by the store itself (rffm.records.store:
+two submitters racing for the same run and split get exactly one entry). Each entry carries the
+sha256 of its own content, and the qualification sentinel and the run manifest record the digest of
+the entry file, so an edited or deleted entry is named by `rffm verify` and refused by qualify.
+The exposure count of a split is the number of distinct artifacts its entries name.
+"""
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+import json
 from typing import Any
 
-from rffm.errors import ExposureError
-from rffm.records.files import atomic_write_json, read_json
+from rffm.errors import ExposureError, IntegrityError
+from rffm.records.files import canonical_json, sha256_bytes, sha256_json
+from rffm.records.store import Store
 
-LEDGER_NAME = "test_ledger.json"
-
-
-@contextmanager
-def locked(dataset_dir: str | Path) -> Iterator[Path]:
-    """Hold an exclusive lock on the split's ledger while reading and updating it."""
-    dataset_dir = Path(dataset_dir)
-    with open(dataset_dir / ".test_ledger.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield dataset_dir / LEDGER_NAME
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+LEDGER = "ledger"
+SCHEMA_VERSION = 1
 
 
-def entries(path: Path, split_digest: str) -> list[dict[str, Any]]:
-    """Ledger entries for this exact test split."""
-    if not path.exists():
-        return []
-    return [entry for entry in read_json(path)["entries"] if entry["split_digest"] == split_digest]
+def split_id(split_digest: str) -> str:
+    """The folder of a test split in the ledger: its digest without the algorithm prefix."""
+    return split_digest.partition(":")[2] or split_digest
 
 
-def exposure_count(path: Path, split_digest: str) -> int:
+def entry_key(split_digest: str, run: str) -> str:
+    return f"{LEDGER}/{split_id(split_digest)}/{run}.json"
+
+
+def encode(entry: dict[str, Any]) -> bytes:
+    """An entry's file bytes: the entry and the sha256 of its canonical JSON."""
+    return canonical_json({"entry": entry, "sha256": sha256_json(entry)}).encode()
+
+
+def decode(key: str, data: bytes, where: str) -> dict[str, Any]:
+    """The entry in a ledger file, after checking its shape and its own digest (one clear error otherwise)."""
+    try:
+        body = json.loads(data)
+        entry, digest = body["entry"], body["sha256"]
+        fields = (entry["run"], entry["split_digest"], entry["artifact_sha256"], entry["metrics"])
+    except (ValueError, KeyError, TypeError):
+        raise IntegrityError(f"{where}: not a ledger entry (damaged or edited). Fix: restore it from a backup.") from None
+    if sha256_json(entry) != digest:
+        raise IntegrityError(f"{where}: ledger entry does not match its own sha256 (edited or damaged). Fix: restore it from a backup.")
+    if key != entry_key(fields[1], fields[0]):
+        raise IntegrityError(f"{where}: ledger entry names run {fields[0]!r} on another split; it was moved or copied here.")
+    return entry
+
+
+def read(store: Store, key: str) -> dict[str, Any] | None:
+    """The checked entry under `key`, or None when there is none."""
+    data = store.read(key)
+    return None if data is None else decode(key, data, store.where(key))
+
+
+def entry_digest(store: Store, key: str) -> str | None:
+    """sha256 of an entry file's bytes (what sentinels and manifests record), None when it is missing."""
+    data = store.read(key)
+    return None if data is None else sha256_bytes(data)
+
+
+def claim(store: Store, entry: dict[str, Any]) -> dict[str, Any]:
+    """Record a qualification create-only; the entry now in the ledger (ours, or an earlier one for the same artifact).
+
+    A different artifact already recorded for this run and split is refused (the run spent its exposure).
+    """
+    key = entry_key(entry["split_digest"], entry["run"])
+    if not store.create(key, encode(entry)):
+        recorded = read(store, key)
+        refuse_other_artifact(recorded, entry["artifact_sha256"], store.where(key))
+        return recorded
+    return entry
+
+
+def refuse_other_artifact(recorded: dict[str, Any], artifact_sha256: str, where: str) -> None:
+    """Raise ExposureError when the run's recorded artifact is not this one."""
+    if recorded["artifact_sha256"] == artifact_sha256:
+        return
+    run = recorded["run"]
+    raise ExposureError(
+        f"run {run!r} already spent its test exposure: artifact {recorded['artifact_sha256'][:16]}… was qualified on this test "
+        f"split ({where}); the selected artifact is now {artifact_sha256[:16]}…. Evaluating a second artifact on the same test "
+        "data would turn the test split into a validation set. Fix: keep the run's settings as they were, or copy the run "
+        "under a new id in config (runs: <new-id>: ...) and qualify that; every run's manifest reports the exposure count."
+    )
+
+
+def entries(store: Store, split_digest: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(key, checked entry) for every entry of a split (or of the whole ledger)."""
+    prefix = f"{LEDGER}/{split_id(split_digest)}" if split_digest else LEDGER
+    return [(key, read(store, key)) for key in store.list(prefix) if key.endswith(".json")]
+
+
+def exposure_count(store: Store, split_digest: str) -> int:
     """Distinct artifacts evaluated on this split so far."""
-    return len({entry["artifact_sha256"] for entry in entries(path, split_digest)})
+    return len({entry["artifact_sha256"] for _, entry in entries(store, split_digest)})
 
 
-def recorded(path: Path, split_digest: str, run: str, artifact_sha256: str) -> dict[str, Any] | None:
-    """The recorded result of this run's qualification, refusing a different artifact for the same run."""
-    for entry in entries(path, split_digest):
-        if entry["run"] != run:
-            continue
-        if entry["artifact_sha256"] == artifact_sha256:
-            return entry
-        raise ExposureError(
-            f"run {run!r} already spent its test exposure: artifact {entry['artifact_sha256'][:16]}… was qualified on this "
-            f"test split ({path}); the selected artifact is now {artifact_sha256[:16]}…. Evaluating a second artifact on the same "
-            "test data would turn the test split into a validation set. Fix: keep the run's settings as they were, or copy the "
-            "run under a new id in config (runs: <new-id>: ...) and qualify that; every run's manifest reports the exposure count."
-        )
+def runs_qualified(store: Store) -> dict[str, list[dict[str, Any]]]:
+    """Every run the ledger holds an entry for, with its entries (any split)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for _, entry in entries(store):
+        found.setdefault(entry["run"], []).append(entry)
+    return found
+
+
+def changed_keys(recorded: Any, current: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested mappings (a value, added or removed)."""
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        keys = sorted(set(recorded) | set(current))
+        return [k for key in keys for k in changed_keys(recorded.get(key), current.get(key), f"{prefix}{key}.")]
+    return [] if recorded == current else [prefix.rstrip(".")]
+
+
+# Steps whose code decides a run's selected artifact (qualify's own code does not: it only reports).
+SELECTION_STEPS = ("stage_dataset", "pretrain_backbone", "import_backbone", "build_cache", "train_epoch", "select_checkpoint")
+BACKBONE_STEPS = ("pretrain_backbone", "import_backbone")
+
+
+def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> dict[str, Any]:
+    """What a run's qualified result came from: its config (but execution settings), its dataset's and
+    backbone's config, and the code of the steps on its way to selection. Recorded in its ledger entry."""
+    spec = config["runs"][run]
+    backbone = config["backbones"][spec["backbone"]]
+    made_by = "import_backbone" if backbone["source"] == "checkpoint" else "pretrain_backbone"
+    return {
+        "runs": {run: {key: value for key, value in spec.items() if key != "profiling"}},
+        "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},
+        "backbones": {spec["backbone"]: backbone},
+        "code": {rule: code[rule] for rule in SELECTION_STEPS if rule in ("stage_dataset", made_by) or rule not in BACKBONE_STEPS},
+    }
+
+
+def frozen_run_problem(entries_of_run: list[dict[str, Any]], current: dict[str, Any]) -> str | None:
+    """Why a qualified run cannot be trained or selected again under the current config, or None.
+
+    One line naming the run, the keys that changed and the fix: rerunning its selection could select a
+    different artifact, which its spent test exposure forbids; Snakemake would first delete its results.
+    """
+    for entry in entries_of_run:
+        changed = changed_keys(entry.get("selection_source", {}), current)
+        if changed:
+            run = entry["run"]
+            keys = ", ".join(f"code of {key[5:]}" if key.startswith("code.") else key for key in changed)
+            return (
+                f"runs.{run} was qualified on its test split (artifact {entry['artifact_sha256'][:12]}…) and these settings "
+                f"changed since: {keys}. Rerunning its training or selection could select another artifact, which its "
+                f"spent test exposure forbids; nothing was run or deleted. Fix: give the changed run a new id (copy "
+                f"runs.{run} under a new name), or restore the settings, or run `snakemake validation_selection` to "
+                "experiment without qualifying."
+            )
     return None
-
-
-def record(path: Path, split_digest: str, run: str, artifact_sha256: str, metrics: dict[str, Any]) -> None:
-    """Append an entry (call under `locked`)."""
-    ledger = read_json(path) if path.exists() else {"schema_version": 1, "entries": []}
-    ledger["entries"].append({"split_digest": split_digest, "run": run, "artifact_sha256": artifact_sha256, "metrics": metrics})
-    atomic_write_json(path, ledger)

@@ -8,8 +8,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rffm.records.files import read_json, sha256_json
-from rffm.records.sentinel import record_digest
+from rffm.records import provenance
+from rffm.records.files import sha256_json
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.sentinel import read_sentinel, record_digest
 
 SCHEMA_VERSION = 1
 PROCEDURE = "final_qualification"
@@ -17,22 +19,21 @@ PROCEDURE = "final_qualification"
 STEP_KEYS = ("executor", "job_id", "host", "device", "gpus", "image", "provider")
 
 
-def _provenance(path: Path) -> dict[str, Any]:
-    return read_json(path) if path.exists() else {"missing": str(path)}
+def _provenance(directory: Path) -> dict[str, Any]:
+    """A step's checked provenance (sealed, and belonging to the sentinel beside it)."""
+    return provenance.read(Path(directory) / PROVENANCE_NAME, Path(directory) / SENTINEL_NAME)
 
 
-def collect_steps(
-    dataset_dir: Path, backbone_dir: Path, cache_provenance: str | Path, epoch_dirs: list, selection_dir: Path
-) -> dict[str, Any]:
+def collect_steps(dataset_dir: Path, backbone_dir: Path, cache_record_dir: Path, epoch_dirs: list, selection_dir: Path) -> dict[str, Any]:
     """Per-rule provenance records of the steps this run consumed."""
-    epochs = [_provenance(Path(d) / "provenance.json") for d in epoch_dirs]
-    backbone_record = _provenance(backbone_dir / "provenance.json")
+    epochs = [_provenance(Path(d)) for d in epoch_dirs]
+    backbone_record = _provenance(backbone_dir)
     return {
-        "stage_dataset": _provenance(dataset_dir / "provenance.json"),
+        "stage_dataset": _provenance(dataset_dir),
         backbone_record.get("rule", "pretrain_backbone"): backbone_record,
-        "build_cache": _provenance(Path(cache_provenance)),
+        "build_cache": _provenance(cache_record_dir),
         "train_epoch": {**(epochs[-1] if epochs else {}), "jobs": epochs},
-        "select_checkpoint": _provenance(selection_dir / "provenance.json"),
+        "select_checkpoint": _provenance(selection_dir),
     }
 
 
@@ -72,12 +73,13 @@ def build(
     metrics: dict[str, Any],
     steps: dict[str, Any],
     launch_record: dict[str, Any],
+    ledger_entry: dict[str, str],
 ) -> dict[str, Any]:
     """Assemble the manifest (SPEC section 5 keys)."""
     dataset = dataset_sentinel["dataset"]
     epochs = []
-    for directory in epoch_dirs:
-        m = read_json(Path(directory) / "metrics.json")
+    for directory in epoch_dirs:  # the metrics each epoch's (checked) sentinel vouches for
+        m = read_sentinel(Path(directory) / SENTINEL_NAME)["metrics"]
         epochs.append({key: m[key] for key in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")})
     return {
         "schema_version": SCHEMA_VERSION,
@@ -103,7 +105,7 @@ def build(
             "mode": selection["mode"],
             "value": selection["value"],
             "artifact_sha256": selection["artifact_sha256"],
-            "artifact_path": f"runs/{spec['run']}/selection/{selection['artifact_path']}",
+            "artifact_path": selection["artifact_path"],  # in the results store, named by its sha256
         },
         "qualification": {
             "accuracy": metrics["accuracy"],
@@ -112,8 +114,8 @@ def build(
             "accuracy_by_snr": metrics["accuracy_by_snr"],
             "accuracy_by_class": metrics["accuracy_by_class"],
             "exposure_count": metrics["exposure_count"],
-            "recalled_from_ledger": metrics["recalled_from_ledger"],
             "test_count": metrics["count"],
+            "ledger_entry": ledger_entry,
         },
         "provenance": {
             **source_revision(Path(__file__).resolve().parent),

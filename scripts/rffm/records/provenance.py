@@ -1,4 +1,9 @@
-"""Non-deterministic facts about where and how a step ran (kept out of sentinels)."""
+"""Non-deterministic facts about where and how a step ran (kept out of sentinels).
+
+A provenance file is sealed like a sentinel (the sha256 of its content is inside) and names the
+sentinel it accompanies by that sentinel's sha256: the run manifest and the profiling summary read
+provenance, so a damaged one, or one of another computation put back, is refused rather than reported.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rffm.records.files import atomic_write_json
+from rffm.errors import IntegrityError
+from rffm.records.files import atomic_write_bytes, sha256_bytes, sha256_file
+from rffm.records.sentinel import seal, unseal
 
 # Environment variables that identify the executor and its job, in priority order.
 EXECUTOR_JOB_VARS = (
@@ -96,10 +103,10 @@ def start() -> dict[str, float]:
     return {"wall": time.time(), "perf": time.perf_counter()}
 
 
-def finish(path: str | Path, rule: str, started: dict[str, float], device: Any = None, extra: dict | None = None) -> dict:
-    """Write the step's provenance file and return it."""
+def describe(rule: str, started: dict[str, float], device: Any = None, extra: dict | None = None) -> dict[str, Any]:
+    """The provenance record of a step that is finishing now."""
     identity = executor_identity()
-    record = {
+    return {
         "rule": rule,
         **identity,
         "provider": provider_details(identity["executor"]),
@@ -113,5 +120,29 @@ def finish(path: str | Path, rule: str, started: dict[str, float], device: Any =
         "pid": os.getpid(),
         **(extra or {}),
     }
-    atomic_write_json(path, record)
+
+
+def write(path: str | Path, record: dict[str, Any], sentinel: bytes) -> None:
+    """Write a provenance record, sealed and linked to the bytes of the sentinel it accompanies."""
+    atomic_write_bytes(path, seal({**record, "sentinel_sha256": sha256_bytes(sentinel)}))
+
+
+def read(path: str | Path, sentinel_path: str | Path | None = None) -> dict[str, Any]:
+    """A provenance record after checking its seal (and that it belongs to `sentinel_path`); one clear error otherwise."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise IntegrityError(f"{path}: provenance is missing. Fix: rerun the step that writes it (snakemake --forcerun <rule>).") from None
+    record = unseal(path, data, "provenance")
+    if sentinel_path is not None:
+        try:
+            linked = sha256_file(sentinel_path) == record.get("sentinel_sha256")
+        except FileNotFoundError:
+            linked = False
+        if not linked:
+            raise IntegrityError(
+                f"{path}: provenance of another run of the step than {sentinel_path} (put back or copied). "
+                "Fix: rerun the step (snakemake --forcerun <rule>) to record it again."
+            )
     return record

@@ -1,21 +1,26 @@
-"""Checksummed sentinels: the deterministic record each step writes last, and their checks."""
+"""Checksummed sentinels: the deterministic record each step writes last, and their checks.
+
+A sentinel lists the step's outputs (size and digest), the upstream sentinels it consumed (path and
+sha256: the links), digests of its params and code, and facts the step vouches for (metrics, the
+dataset description...). It carries the sha256 of its own content, so an edited or damaged sentinel
+is named as such; it holds nothing that depends on time or host, so a step that reproduces the same
+bytes writes the same sentinel. Every check here reports a problem as one line naming the file.
+"""
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rffm.errors import IntegrityError
-from rffm.records.files import read_json, sha256_file, sha256_json, xxh3_parts
+from rffm.records.files import canonical_json, sha256_file, sha256_json, xxh3_parts
 
-SCHEMA_VERSION = 1
-SCRATCH_PREFIX = "scratch:"
-SAMPLED_ROWS = 64
+SCHEMA_VERSION = 2  # 2: self_sha256, full digests for every output
+SELF_DIGEST = "self_sha256"
+REQUIRED = {"schema_version": int, "stage": str, "key": dict, "inputs": dict, "outputs": dict, "params_sha256": str, "code_sha256": str}
 
 
 def file_record(path: str | Path) -> dict[str, Any]:
@@ -25,7 +30,7 @@ def file_record(path: str | Path) -> dict[str, Any]:
 
 
 def parts_record(path: str | Path, boundaries: Sequence[int] = (), known: dict[int, bytes] | None = None) -> dict[str, Any]:
-    """Size and full xxh3-128 digest of a large data file (a dataset split), hashed in parts (files.xxh3_parts)."""
+    """Size and full xxh3-128 digest of a large data file, hashed in parts (files.xxh3_parts); `known` part digests are not re-read."""
     path = Path(path)
     return {"bytes": path.stat().st_size, "parts": list(boundaries), "xxh3_128_of_parts": xxh3_parts(path, boundaries, known)}
 
@@ -41,88 +46,70 @@ def record_digest(record: dict[str, Any]) -> str:
 
 def json_record(path: str | Path, excluding: list[str]) -> dict[str, Any]:
     """Digest of a JSON file's content without its non-deterministic top-level keys (e.g. provenance)."""
-    body = read_json(path)
+    body = json.loads(Path(path).read_text())
     kept = {key: value for key, value in body.items() if key not in excluding}
     return {"excluding": sorted(excluding), "json_sha256": sha256_json(kept)}
 
 
-def diagnostic_record() -> dict[str, Any]:
-    """A diagnostics file (timings, traces): listed so verify knows it, never hashed."""
-    return {"diagnostic": True}
+def seal(body: dict[str, Any]) -> bytes:
+    """A record's file bytes: its canonical JSON with the sha256 of that content added."""
+    return canonical_json({**body, SELF_DIGEST: sha256_json(body)}).encode()
 
 
-def array_record(path: str | Path, shape: tuple[int, ...], dtype: str, full_hash: bool = False) -> dict[str, Any]:
-    """Element count, shape, dtype and a checksum of evenly sampled rows of a raw array file."""
-    path = Path(path)
-    stored = np.memmap(path, dtype=np.uint16 if dtype == "bfloat16" else np.dtype(dtype), mode="r", shape=shape)
-    rows = np.unique(np.linspace(0, shape[0] - 1, num=min(SAMPLED_ROWS, shape[0])).astype(np.int64)) if shape[0] else []
-    digest = hashlib.sha256()
-    for row in rows:
-        digest.update(np.ascontiguousarray(stored[row]).tobytes())
-    record = {
-        "bytes": path.stat().st_size,
-        "dtype": dtype,
-        "elements": int(np.prod(shape)),
-        "shape": list(shape),
-        "sampled_rows": len(rows),
-        "sampled_sha256": digest.hexdigest(),
-    }
-    if full_hash:
-        record["sha256"] = sha256_file(path)
-    return record
-
-
-def upstream(sentinel_path: str | Path, relative_to: str | Path, scratch_root: str | Path | None = None) -> dict[str, str]:
-    """Reference to a consumed sentinel: its path (relative to the consumer, or scratch-relative) and digest."""
-    sentinel_path = Path(sentinel_path)
-    if scratch_root is not None:
-        ref = SCRATCH_PREFIX + sentinel_path.resolve().relative_to(Path(scratch_root).resolve()).as_posix()
-    else:
-        ref = Path(_relpath(sentinel_path, relative_to)).as_posix()
-    return {"path": ref, "sha256": sha256_file(sentinel_path)}
-
-
-def _relpath(target: Path, start: str | Path) -> str:
-    return os.path.relpath(target.resolve(), Path(start).resolve())
+def unseal(path: str | Path, data: bytes, what: str) -> dict[str, Any]:
+    """A sealed record's body after checking it parses and matches its own digest (one clear error otherwise)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        raise IntegrityError(f"{path}: {what} is not valid JSON (damaged or truncated). Fix: delete it and rerun snakemake.") from None
+    if not isinstance(body, dict) or not isinstance(body.get(SELF_DIGEST), str):
+        raise IntegrityError(f"{path}: {what} has no {SELF_DIGEST} (damaged, edited or older). Fix: delete it and rerun snakemake.")
+    digest = body.pop(SELF_DIGEST)
+    if sha256_json(body) != digest:
+        raise IntegrityError(f"{path}: {what} does not match its own sha256 (edited or damaged). Fix: delete it and rerun snakemake.")
+    return body
 
 
 def read_sentinel(path: str | Path) -> dict[str, Any]:
-    """Load a sentinel, with a clear error if it is missing or unreadable."""
+    """Load and check a sentinel: present, parseable, self-consistent and of the expected shape."""
     path = Path(path)
     try:
-        body = read_json(path)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise IntegrityError(f"{path}: sentinel is missing; the step that writes it has not completed. Fix: rerun snakemake.") from None
-    except ValueError as exc:
-        raise IntegrityError(f"{path}: sentinel is not valid JSON ({exc}). Fix: delete it and rerun snakemake.") from None
-    if body.get("schema_version") != SCHEMA_VERSION:
-        raise IntegrityError(f"{path}: sentinel schema_version {body.get('schema_version')!r}, expected {SCHEMA_VERSION}.")
+    body = unseal(path, data, "sentinel")
+    for key, kind in REQUIRED.items():
+        if not isinstance(body.get(key), kind):
+            raise IntegrityError(f"{path}: sentinel field {key!r} is missing or not a {kind.__name__}. Fix: delete it and rerun snakemake.")
+    if body["schema_version"] != SCHEMA_VERSION:
+        raise IntegrityError(f"{path}: sentinel schema_version {body['schema_version']}, expected {SCHEMA_VERSION}. Fix: rerun snakemake.")
+    for name, record in body["outputs"].items():
+        if not isinstance(record, dict) or not isinstance(record.get("bytes", record.get("json_sha256")), int | str):
+            raise IntegrityError(f"{path}: record of output {name!r} is malformed. Fix: delete the sentinel and rerun snakemake.")
+    for role, ref in body["inputs"].items():
+        if not isinstance(ref, dict) or not isinstance(ref.get("sha256"), str) or not isinstance(ref.get("path"), str | None):
+            raise IntegrityError(f"{path}: link to upstream {role!r} is malformed. Fix: delete the sentinel and rerun snakemake.")
     return body
 
 
 def check_record(path: Path, record: dict[str, Any]) -> str | None:
-    """Compare a file with its record; return a description of the mismatch, or None."""
+    """Compare a file with its record; return a one-line description of the mismatch, or None."""
     if not path.exists():
         return f"{path}: missing" + (f" (recorded {record['bytes']} bytes)" if "bytes" in record else "")
-    if record.get("diagnostic"):
-        return None
     if "json_sha256" in record:
         try:
-            actual = json_record(path, record["excluding"])["json_sha256"]
-        except ValueError:
+            actual = json_record(path, record.get("excluding", []))["json_sha256"]
+        except (ValueError, AttributeError):
             return f"{path}: not valid JSON any more"
-        return None if actual == record["json_sha256"] else f"{path}: content (without {record['excluding']}) changed since it was written"
+        changed = f"{path}: content (without {record.get('excluding')}) changed since it was written"
+        return None if actual == record["json_sha256"] else changed
     size = path.stat().st_size
     if size != record["bytes"]:
         return f"{path}: size {size} bytes, recorded {record['bytes']}"
-    if "sampled_sha256" in record:
-        actual = array_record(path, tuple(record["shape"]), record["dtype"], full_hash="sha256" in record)
-        for field in ("sampled_sha256", "sha256"):
-            if field in record and actual[field] != record[field]:
-                return f"{path}: {field} {actual[field][:16]}…, recorded {record[field][:16]}…"
-        return None
     digest = _digest_name(record)
-    actual = xxh3_parts(path, record["parts"]) if digest == "xxh3_128_of_parts" else sha256_file(path)
+    if not isinstance(record.get(digest), str):
+        return f"{path}: its record holds no digest"
+    actual = xxh3_parts(path, record.get("parts", [])) if digest == "xxh3_128_of_parts" else sha256_file(path)
     if actual != record[digest]:
         return f"{path}: {digest} {actual[:16]}…, recorded {record[digest][:16]}…"
     return None
@@ -137,24 +124,47 @@ def sentinel_problems(sentinel_path: str | Path, files: list[str] | None = None)
     for name in names:
         if name not in body["outputs"]:
             problems.append(f"{sentinel_path.parent / name}: not listed in {sentinel_path}")
-            continue
-        problem = check_record(sentinel_path.parent / name, body["outputs"][name])
-        if problem:
+        elif problem := check_record(sentinel_path.parent / name, body["outputs"][name]):
             problems.append(problem)
     return problems
 
 
+def upstream(sentinel_path: str | Path, relative_to: str | Path) -> dict[str, str]:
+    """Reference to a consumed sentinel: its path relative to the consumer's directory, and its sha256."""
+    sentinel_path = Path(sentinel_path)
+    ref = Path(os.path.relpath(sentinel_path.resolve(), Path(relative_to).resolve())).as_posix()
+    return {"path": ref, "sha256": sha256_file(sentinel_path)}
+
+
+def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None) -> list[str]:
+    """Upstream sentinels that are missing or no longer the ones this step consumed (by sha256)."""
+    sentinel_path = Path(sentinel_path)
+    body = body if body is not None else read_sentinel(sentinel_path)
+    problems = []
+    for role, ref in body["inputs"].items():
+        if ref["path"] is None:
+            continue
+        target = (sentinel_path.parent / ref["path"]).resolve()
+        if not target.exists():
+            problems.append(f"{sentinel_path}: its upstream {role} sentinel {target} is missing")
+        elif sha256_file(target) != ref["sha256"]:
+            problems.append(f"{sentinel_path}: its upstream {role} sentinel {target} changed since this step consumed it")
+    return problems
+
+
 def require_intact(sentinel_path: str | Path, files: list[str], consumer: str) -> dict[str, Any]:
-    """Stop with a clear error unless the named files match their upstream sentinel; return it."""
+    """Stop with one clear line unless the sentinel, its links and the named files are intact; return it.
+
+    An upstream sentinel that changed since this one was written means the tree is no longer what
+    the step recorded (a file put back, an edit): that is damage too.
+    """
     sentinel_path = Path(sentinel_path)
     body = read_sentinel(sentinel_path)
-    problems = sentinel_problems(sentinel_path, files)
+    problems = sentinel_problems(sentinel_path, files) + link_problems(sentinel_path, body)
     if problems:
-        listing = "\n  ".join(problems)
         raise IntegrityError(
-            f"{consumer} refuses to start: inputs do not match {sentinel_path} "
-            f"(written by {body['stage']}):\n  {listing}\n"
-            f"The file was changed after its step completed. Fix: restore it, or delete "
-            f"{sentinel_path} and rerun snakemake so {body['stage']} rebuilds it."
+            f"{consumer} refuses to start: {problems[0]}"
+            + (f" (and {len(problems) - 1} more problem(s) under {sentinel_path.parent})" if len(problems) > 1 else "")
+            + f". Fix: restore the file, or delete {sentinel_path} and rerun snakemake so {body['stage']} rebuilds it."
         )
     return body

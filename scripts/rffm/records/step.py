@@ -1,15 +1,15 @@
 """One run of a rule: what it consumed, what it wrote and where it ran; its sentinel is written last.
 
     with Step("train_epoch", out_dir, key={"run": run, "epoch": k}, params=options) as step:
-        cache = step.consume("cache", cache_dir / SENTINEL_NAME, files=[...])
+        cache = step.consume("cache", cache_record / SENTINEL_NAME)
         ... write the outputs ...
         step.output("checkpoint.pt")
         step.facts["metrics"] = metrics
 
 On entry the directory's old sentinel and the temporary files of a killed earlier attempt are
 removed (nothing vouches for a directory while it changes). On a clean exit the provenance file
-(host, times, device: the non-deterministic facts) and then the sentinel (only content: its bytes
-depend on nothing else) are written. An exception writes neither.
+(host, times, device: the non-deterministic facts, linked to the sentinel) and then the sentinel
+(only content: its bytes depend on nothing else) are written. An exception writes neither.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from rffm.records import provenance
 from rffm.records.code import code_digest
-from rffm.records.files import atomic_write_json, remove_temporaries, sha256_json
+from rffm.records.files import atomic_write_bytes, remove_temporaries, sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
-from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, upstream
+from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, seal, upstream
 
 
 class Step:
@@ -38,8 +38,8 @@ class Step:
         code: str | None = None,
     ):
         self.rule, self.out_dir, self.key, self.params = rule, Path(out_dir), key, params
-        self.code = code or f"steps.{rule}"  # the module whose code (with its rffm imports) the sentinel vouches for
         self.provenance_path = Path(provenance_path) if provenance_path else self.out_dir / PROVENANCE_NAME
+        self.code = code or f"steps.{rule}"  # the module whose code (with its rffm imports) the sentinel vouches for
         self.inputs: dict[str, dict[str, Any]] = {}
         self.outputs: dict[str, dict[str, Any]] = {}
         self.facts: dict[str, Any] = {}  # deterministic content the sentinel carries (metrics, descriptions)
@@ -55,15 +55,10 @@ class Step:
         remove_temporaries(self.out_dir)
         return self
 
-    def consume(
-        self, role: str, sentinel_path: str | Path, files: list[str] = (), scratch_root: str | Path | None = None, anonymous: bool = False
-    ) -> dict[str, Any]:
-        """Check the named files against an upstream sentinel, link it as input `role` (by digest only when
-        `anonymous`: a results path means nothing from a node-local cache), and return it."""
+    def consume(self, role: str, sentinel_path: str | Path, files: list[str] = ()) -> dict[str, Any]:
+        """Check an upstream sentinel (its links and the named files it vouches for), link it as input `role`, return it."""
         body = require_intact(sentinel_path, list(files), self.rule)
-        self.inputs[role] = upstream(sentinel_path, self.out_dir, scratch_root)
-        if anonymous:
-            self.inputs[role]["path"] = None
+        self.inputs[role] = upstream(sentinel_path, self.out_dir)
         return body
 
     def output(self, name: str, record: dict[str, Any] | None = None) -> None:
@@ -81,16 +76,16 @@ class Step:
             "code_sha256": code_digest(self.code),
         }
 
-    def write_provenance(self) -> dict[str, Any]:
-        """Write the provenance file now (a step that reports it in an output needs it early) and return it."""
+    def provenance_record(self) -> dict[str, Any]:
+        """Where and how this run happened, fixed at the first call (a step that reports it in an output asks early)."""
         if self._provenance is None:
-            self._provenance = provenance.finish(self.provenance_path, self.rule, self.started, device=self.device, extra=self.details)
+            self._provenance = provenance.describe(self.rule, self.started, device=self.device, extra=self.details)
         return self._provenance
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         if exc_type is None:
-            self.write_provenance()
-            body = {**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.facts}
+            sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.facts})
+            provenance.write(self.provenance_path, self.provenance_record(), sentinel)
             self.sentinel = self.out_dir / SENTINEL_NAME
-            atomic_write_json(self.sentinel, body)
+            atomic_write_bytes(self.sentinel, sentinel)
         return False

@@ -11,8 +11,6 @@ upload carries the precondition ifGenerationMatch=0, which the service enforces 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from rffm.errors import ConfigError
@@ -102,7 +100,7 @@ class GcsStore(Store):
         from google.api_core.exceptions import PreconditionFailed
 
         try:
-            # one request (no resumable upload): the precondition and the data travel together
+            # the service checks the precondition atomically with the write (for resumable uploads too)
             self.bucket.blob(self._name(key)).upload_from_string(data, if_generation_match=0)
         except PreconditionFailed:
             return False
@@ -117,8 +115,13 @@ class GcsStore(Store):
             return None
 
     def list(self, prefix: str) -> list[str]:
+        from google.api_core.exceptions import NotFound
+
         start = len(self.prefix) + 1 if self.prefix else 0
-        names = (blob.name for blob in self.client.list_blobs(self.bucket, prefix=self._name(prefix.rstrip("/") + "/")))
+        try:
+            names = [blob.name for blob in self.client.list_blobs(self.bucket, prefix=self._name(prefix.rstrip("/") + "/"))]
+        except NotFound:  # no bucket yet: nothing stored
+            return []
         return sorted(name[start:] for name in names)
 
     def put(self, key: str, data: bytes) -> None:
@@ -135,15 +138,12 @@ def open_store(url: str | Path) -> Store:
     return PosixStore(text)
 
 
-def scratch_copy(store: Store, key: str, directory: str | Path) -> Path | None:
-    """A local file holding a key's bytes: the store's own file when it is a directory, else a copy in `directory`."""
-    local = store.local_path(key)
-    if local is not None:
-        return local if local.exists() else None
-    data = store.read(key)
-    if data is None:
-        return None
-    fd, name = tempfile.mkstemp(prefix=".", suffix="." + Path(key).name, dir=directory)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    return Path(name)
+def publish_trace(store: Store, run: str, trace: Path) -> str:
+    """Put a Chrome trace (a diagnostic, never read back into a result) into a run's profiling folder."""
+    key = f"{profiling_folder(run)}/{trace.name}"
+    store.put(key, trace.read_bytes())
+    return key
+
+
+def profiling_folder(run: str) -> str:
+    return f"runs/{run}/profiling"

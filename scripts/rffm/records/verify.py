@@ -1,47 +1,158 @@
-"""Re-check a whole results tree: every sentinel's outputs and every upstream link."""
+"""`rffm verify`: re-check a results tree — every sentinel, link, provenance record, ledger entry, artifact
+and memo entry — and, when the workflow config is known, tell what the current plan uses from what is
+stale (left by runs, epochs or datasets the config no longer has; `rffm prune` removes it).
+
+Every problem is one line naming the file; nothing raises: a malformed record is itself a problem.
+"""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from rffm.data import cache
 from rffm.errors import IntegrityError
+from rffm.records import ledger, provenance
 from rffm.records.files import sha256_file
-from rffm.records.layout import SENTINEL_NAME
-from rffm.records.sentinel import SCRATCH_PREFIX, read_sentinel, sentinel_problems
+from rffm.records.layout import ARTIFACTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
+from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
+from rffm.records.store import PosixStore
 
 
-def link_problems(sentinel_path: Path, scratch_dir: Path | None) -> list[str]:
-    """Upstream sentinels that are missing or no longer carry the recorded digest."""
+@dataclass
+class Report:
+    """What a check found: sentinels checked, problems (BROKEN), stale step folders, and notes."""
+
+    checked: int = 0
+    broken: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def step_problems(sentinel_path: Path) -> list[str]:
+    """A step folder's problems: its sentinel, outputs, upstream links and provenance."""
+    try:
+        body = read_sentinel(sentinel_path)
+        problems = sentinel_problems(sentinel_path) + link_problems(sentinel_path, body)
+        provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
+        return problems + stored_problems(sentinel_path, body)
+    except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
+        return [str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"]
+
+
+def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
+    """The records a sentinel names in the results store: the selected artifact, the ledger entry."""
+    results = results_root(sentinel_path)
     problems = []
-    for role, ref in read_sentinel(sentinel_path)["inputs"].items():
-        if ref["path"] is None:
-            continue
-        if ref["path"].startswith(SCRATCH_PREFIX):
-            if scratch_dir is None:
-                continue
-            target = scratch_dir / ref["path"][len(SCRATCH_PREFIX) :]
-            if not target.exists():
-                continue  # the cache is temporary; a missing one is rebuilt, not broken
-        else:
-            target = (sentinel_path.parent / ref["path"]).resolve()
-        if not target.exists():
-            problems.append(f"{sentinel_path}: upstream {role} sentinel {target} is missing")
-        elif sha256_file(target) != ref["sha256"]:
-            problems.append(f"{sentinel_path}: upstream {role} sentinel {target} changed since this step consumed it")
+    if isinstance(body.get("artifact"), dict):
+        artifact = results / body["artifact"]["key"]
+        if not artifact.exists():
+            problems.append(f"{artifact}: the selected artifact is missing (selection {sentinel_path})")
+        elif sha256_file(artifact) != body["artifact"]["sha256"]:
+            problems.append(f"{artifact}: sha256 differs from the one selection {sentinel_path} recorded")
+    if isinstance(body.get("ledger_entry"), dict):
+        entry = results / body["ledger_entry"]["key"]
+        if not entry.exists():
+            problems.append(f"{entry}: the ledger entry of this qualification is missing (deleted?) ({sentinel_path} records it)")
+        elif sha256_file(entry) != body["ledger_entry"]["sha256"]:
+            problems.append(f"{entry}: the ledger entry differs from the one {sentinel_path} recorded (edited?)")
     return problems
 
 
-def verify_tree(results_dir: str | Path, scratch_dir: str | Path | None = None) -> tuple[int, list[str]]:
-    """(number of sentinels checked, problems) for every sentinel under results (and scratch)."""
-    roots = [Path(results_dir)] + ([Path(scratch_dir)] if scratch_dir else [])
-    scratch = Path(scratch_dir) if scratch_dir else None
-    checked, problems = 0, []
-    for root in roots:
-        for sentinel_path in sorted(root.rglob(SENTINEL_NAME)):
-            checked += 1
-            try:
-                problems += sentinel_problems(sentinel_path)
-                problems += link_problems(sentinel_path, scratch)
-            except IntegrityError as exc:
-                problems.append(str(exc))
-    return checked, problems
+def results_root(sentinel_path: Path) -> Path:
+    """The results tree a step folder belongs to (datasets/x, caches/x: two up; runs/r/a[/b]: up to runs' parent)."""
+    path = sentinel_path.parent.resolve()
+    for parent in path.parents:
+        if parent.name in ("runs", "datasets", "backbones", "caches"):
+            return parent.parent
+    return path.parent
+
+
+def ledger_problems(results: Path) -> list[str]:
+    """Every ledger entry whose content, seal or place is wrong."""
+    store, problems = PosixStore(results), []
+    for key in store.list(ledger.LEDGER):
+        try:
+            ledger.read(store, key)
+        except IntegrityError as error:
+            problems.append(str(error))
+    return problems
+
+
+def artifact_problems(results: Path) -> list[str]:
+    """Artifacts whose bytes do not match the sha256 their name promises."""
+    problems = []
+    for path in sorted((results / ARTIFACTS).glob("sha256-*.pt")):
+        if sha256_file(path) != path.name.removeprefix("sha256-").removesuffix(".pt"):
+            problems.append(f"{path}: its sha256 is not the one its name promises")
+    return problems
+
+
+def memo_problems(results: Path) -> list[str]:
+    """Memo entries whose files do not match their sentinel (such an entry is never restored, but it is damage)."""
+    problems = []
+    for sentinel_path in sorted((results / "memo").glob(f"*/*/{SENTINEL_NAME}")):
+        try:
+            body = unseal(sentinel_path, sentinel_path.read_bytes(), "memo sentinel")
+            records = body.get("outputs", {})
+            problems += [p for name, record in records.items() if (p := check_record(sentinel_path.parent / name, record))]
+        except (IntegrityError, TypeError, KeyError) as error:
+            problems.append(str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: malformed ({error})")
+    return problems
+
+
+def launch_problems(results: Path) -> list[str]:
+    """Launch records whose profile copy no longer has the recorded sha256."""
+    problems = []
+    for record_path in sorted(results.glob("runs/*/launch/*/launch.json")):
+        try:
+            record = json.loads(record_path.read_text())
+            kept = record_path.parent / Path(record["file"]).name
+            if sha256_file(kept) != record["sha256"]:
+                problems.append(f"{kept}: differs from the launch profile recorded in {record_path}")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            problems.append(f"{record_path}: unreadable launch record ({type(error).__name__})")
+    return problems
+
+
+def cache_memo_problems(results: Path, scratch: Path, config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the hidden-state caches of the planned runs on this machine's scratch."""
+    problems, notes = [], []
+    for folder in sorted(f for f in planned_steps(config) if f.startswith("caches/")):
+        record_path = results / folder / SENTINEL_NAME
+        memo_dir = scratch / Path(folder).name
+        if not memo_dir.exists() or not record_path.exists():
+            notes.append(f"skipped {memo_dir}: no hidden-state cache on this machine (it is rebuilt where an epoch needs it)")
+            continue
+        try:
+            cache.open_memo(memo_dir, cache.recipe(read_sentinel(record_path)), "verify")
+        except IntegrityError as error:
+            problems.append(str(error).removeprefix("verify refuses to start: "))
+    return problems, notes
+
+
+def verify_tree(results_dir: str | Path, config: dict[str, Any] | None = None, scratch: str | Path | None = None) -> Report:
+    """Check everything under a results tree; with the config, folders its plan no longer writes are stale, not checked."""
+    results = Path(results_dir)
+    report = Report()
+    planned = planned_steps(config) if config else None
+    for sentinel_path in sorted(results.rglob(SENTINEL_NAME)):
+        folder = sentinel_path.parent.relative_to(results).as_posix()
+        if folder.split("/")[0] in KEPT:
+            continue  # memo entries: checked below
+        if planned is not None and folder not in planned:
+            report.stale.append(folder)
+            continue
+        report.checked += 1
+        report.broken += step_problems(sentinel_path)
+    report.broken += ledger_problems(results) + artifact_problems(results) + memo_problems(results) + launch_problems(results)
+    scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config else None)
+    if config and scratch is not None:
+        problems, notes = cache_memo_problems(results, scratch, config)
+        report.broken += problems
+        report.notes += notes
+    elif scratch is None:
+        report.notes.append("skipped the hidden-state caches: no config or --scratch says where they are")
+    return report

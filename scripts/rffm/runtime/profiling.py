@@ -16,9 +16,8 @@ from typing import Any
 
 import torch
 
-from rffm.records.files import atomic_write_json, read_json
-
 SUMMARY_NAME = "cache_lifecycle_summary.json"
+PART_KEYS = ("host", "device", "duration_s", "batch_stats")
 
 
 class PhaseTimes:
@@ -83,28 +82,18 @@ class BatchTracer:
         self.profiler = None
 
 
-def summarize(
-    run: str, cache_provenance: str | Path, epoch_provenances: list[str | Path], profile_dir: str | Path, out: str | Path
-) -> Path:
-    """cache_lifecycle_summary.json of a run from the phase timings its steps recorded in provenance."""
-    parts = {"build_cache": read_json(cache_provenance)}
-    for path in epoch_provenances:
-        record = read_json(path)
-        parts[f"train_epoch_{record['epoch']}"] = record
+def summarize(run: str, parts: dict[str, dict[str, Any]], traces: list[str]) -> dict[str, Any]:
+    """cache_lifecycle_summary of a run from the phase timings its steps recorded (their provenance records)."""
     phases: dict[str, Any] = {}
-    for name, record in parts.items():
-        prefix = "cache_build." if name == "build_cache" else f"epoch{record['epoch']}."
-        phases.update({prefix + phase: value for phase, value in record.get("phases", {}).items()})
-    summary = {
+    for name, record in parts.items():  # build_cache, epoch1, epoch2, ...
+        prefix = "cache_build." if name == "build_cache" else f"{name}."
+        timings = record.get("phases") or (record.get("computed_by") or {}).get("phases", {})  # a restored epoch: as computed
+        phases.update({prefix + phase: value for phase, value in timings.items()})
+    return {
         "schema_version": 1,
         "run": run,
         "note": "inclusive, non-additive phase timings; waits are the critical-path signals",
         "phases": phases,
-        "parts": {
-            name: {k: record.get(k) for k in ("host", "device", "duration_s", "batch_stats") if k in record}
-            for name, record in parts.items()
-        },
-        "traces": sorted(p.name for p in Path(profile_dir).glob("*.trace.json")),
+        "parts": {name: {k: v for k, v in record.items() if k in PART_KEYS} for name, record in parts.items()},
+        "traces": sorted(traces),
     }
-    atomic_write_json(out, summary)
-    return Path(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,11 @@ from rffm.model import backbone
 from rffm.model.head import AttentionPoolHead, HeadConfig
 from rffm.model.metrics import summarize
 from rffm.records import launch, ledger, manifest
-from rffm.records.files import atomic_write_json, read_json
+from rffm.records.files import atomic_write_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest, require_intact
 from rffm.records.step import Step
+from rffm.records.store import Store, open_store
 from rffm.report import qualification as plots
 from rffm.runtime import batching
 from rffm.runtime.progress import Progress
@@ -26,11 +28,21 @@ RULE = "qualify"
 OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
 
 
-def load_artifact(path: Path) -> tuple[AttentionPoolHead, dict[str, Any]]:
-    """The head and its metadata from a selection artifact."""
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    head = AttentionPoolHead(HeadConfig(**blob["head_config"]))
-    head.load_state_dict(blob["head"])
+def load_artifact(store: Store, artifact: dict[str, Any]) -> tuple[AttentionPoolHead, dict[str, Any]]:
+    """The head and its metadata from the selected artifact in the results store, checked against its sha256."""
+    where = store.where(artifact["key"])
+    data = store.read(artifact["key"])
+    if data is None:
+        raise IntegrityError(f"{RULE} refuses to start: {where}: the selected artifact is missing from the results store. Fix: restore it.")
+    if sha256_bytes(data) != artifact["sha256"]:
+        raise IntegrityError(f"{RULE} refuses to start: {where}: sha256 differs from its name and the selection record. Fix: restore it.")
+    try:
+        blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        head = AttentionPoolHead(HeadConfig(**blob["head_config"]))
+        head.load_state_dict(blob["head"])
+    except Exception as error:  # a hostile or foreign file: never unpickled with code, one line either way
+        kind = type(error).__name__
+        raise IntegrityError(f"{RULE} refuses to start: {where}: not an rffm head artifact ({kind}). Fix: restore it.") from None
     return head.eval(), blob
 
 
@@ -81,62 +93,82 @@ def run(
     selection_dir: str | Path,
     dataset_dir: str | Path,
     backbone_dir: str | Path,
+    cache_record_dir: str | Path,
     epoch_dirs: list[str | Path],
-    cache_provenance: str | Path,
     out_dir: str | Path,
     *,
+    source: dict[str, Any],
     batch_size: int,
+    store: str | Path | None = None,
     batch_profile: str | Path | None = None,
     device: str = "cpu",
     launch_profile: str | None = None,
 ) -> Path:
-    """Evaluate (or recall) the run's selected artifact on the test split and write the manifest."""
+    """Evaluate the run's selected artifact on the test split once (or return the recorded result) and write the manifest.
+
+    The ledger entry is claimed before any output is written, and every output is computed from
+    the entry: a kill at any point resumes to the same files, and a forced rerun changes nothing.
+    """
     selection_dir, dataset_dir, backbone_dir = map(Path, (selection_dir, dataset_dir, backbone_dir))
-    with Step(RULE, out_dir, key={"run": spec["run"]}, params=spec) as step:
+    run_name = spec["run"]
+    with Step(RULE, out_dir, key={"run": run_name}, params=spec) as step:
         out_dir = step.out_dir
-        selection = read_json(selection_dir / SENTINEL_NAME)["selection"]
-        artifact = selection["artifact_path"]
-        step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", artifact])
-        backbone_sentinel = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
-        dataset_sentinel = step.consume("dataset", dataset_dir / SENTINEL_NAME)  # test.h5 is checked only if it is read
-        split_digest = record_digest(dataset_sentinel["outputs"][split_file("test")])
-        head, blob = load_artifact(selection_dir / artifact)
-        if blob["backbone_fingerprint"] != backbone_sentinel["backbone"]["fingerprint"]:
-            trained_on = blob["backbone_fingerprint"][:16]
-            raise IntegrityError(f"{selection_dir / artifact} was trained on backbone {trained_on}…, not {backbone_dir}")
-
-        with ledger.locked(dataset_dir) as ledger_path:
-            entry = ledger.recorded(ledger_path, split_digest, spec["run"], selection["artifact_sha256"])
-            if entry is not None:
-                metrics, reused, batch_stats = entry["metrics"], True, None
-            else:
-                require_intact(dataset_dir / SENTINEL_NAME, [split_file("test")], RULE)
-                test_path = dataset_dir / split_file("test")
-                with h5py.File(test_path, "r") as handle:
-                    test = {"label": handle["label"][()], "snr_db": handle["snr_db"][()]}
-                model = backbone.load(backbone_dir / "backbone.pt", device)
-                predictions, batch_stats = predict(model, head, test_path, batch_size, batch_profile, device)
-                metrics = summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec["high_snr_db"])
-                ledger.record(ledger_path, split_digest, spec["run"], selection["artifact_sha256"], metrics)
-                reused = False
-            exposure = ledger.exposure_count(ledger_path, split_digest)
-
-        metrics = {**metrics, "exposure_count": exposure, "recalled_from_ledger": reused}
+        results = open_store(store or out_dir.parents[2])
+        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json"])
+        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
+        dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME)  # test.h5 is checked only if it is read
+        selection = chosen["selection"]
+        split = record_digest(dataset["outputs"][split_file("test")])
+        head, blob = load_artifact(results, chosen["artifact"])
+        if blob["backbone_fingerprint"] != weights["backbone"]["fingerprint"]:
+            raise IntegrityError(f"{results.where(chosen['artifact']['key'])} was trained on another backbone than {backbone_dir}")
+        key = ledger.entry_key(split, run_name)
+        entry = ledger.read(results, key)
+        if entry is not None:
+            ledger.refuse_other_artifact(entry, selection["artifact_sha256"], results.where(key))
+            step.details["recalled_from_ledger"] = results.where(key)
+        else:
+            metrics = evaluate(head, blob, dataset_dir, backbone_dir, spec, batch_size, batch_profile, device, step)
+            ledger.claim(
+                results,
+                {
+                    "schema_version": ledger.SCHEMA_VERSION,
+                    "split_digest": split,
+                    "dataset": dataset["key"]["dataset"],
+                    "run": run_name,
+                    "artifact_sha256": selection["artifact_sha256"],
+                    "metrics": metrics,
+                    "selection_source": source,
+                },
+            )
+            entry = ledger.read(results, key)  # every output comes from the entry as stored: a recall writes the same bytes
+        link = {"key": key, "sha256": ledger.entry_digest(results, key)}
+        metrics = {**entry["metrics"], "exposure_count": ledger.exposure_count(results, split)}
         atomic_write_json(out_dir / "metrics.json", metrics)
-        title = f"{spec['run']}: test accuracy {metrics['accuracy']:.3f}"
+        title = f"{run_name}: test accuracy {metrics['accuracy']:.3f}"
         plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", title, metrics.get("accuracy_by_class_and_snr"))
-        plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{spec['run']}: normalized confusion (test)")
-        steps = manifest.collect_steps(dataset_dir, backbone_dir, cache_provenance, epoch_dirs, selection_dir)
+        plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{run_name}: normalized confusion (test)")
+        steps = manifest.collect_steps(dataset_dir, backbone_dir, Path(cache_record_dir), epoch_dirs, selection_dir)
         step.device = device
-        step.details = {"recalled_from_ledger": reused, "batch_stats": batch_stats}
-        steps[RULE] = step.write_provenance()
-        launch_record = launch.recorded(out_dir.parent, launch_profile)
-        body = manifest.build(spec, dataset_sentinel, backbone_sentinel, epoch_dirs, selection, metrics, steps, launch_record)
+        steps[RULE] = step.provenance_record()
+        launch_record = launch.recorded(results, run_name, launch_profile)
+        body = manifest.build(spec, dataset, weights, epoch_dirs, selection, metrics, steps, launch_record, link)
         atomic_write_json(out_dir / "run_manifest.json", body)
         for name in OUTPUTS[:-1]:
             step.output(name)
-        # the manifest's provenance names hosts and times; the sentinel vouches for the rest of it
+        # the manifest's provenance names hosts and job ids; the sentinel vouches for the rest of it
         step.output("run_manifest.json", json_record(out_dir / "run_manifest.json", ["provenance"]))
-        summary = {key: metrics[key] for key in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
-        step.facts.update({"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": summary})
+        summary = {name: metrics[name] for name in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
+        step.facts.update({"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": summary, "ledger_entry": link})
     return step.sentinel
+
+
+def evaluate(head, blob, dataset_dir: Path, backbone_dir: Path, spec, batch_size, batch_profile, device, step: Step) -> dict[str, Any]:
+    """The test metrics of the artifact: the one read of the test split."""
+    require_intact(dataset_dir / SENTINEL_NAME, [split_file("test")], RULE)
+    test_path = dataset_dir / split_file("test")
+    with h5py.File(test_path, "r") as handle:
+        test = {"label": handle["label"][()], "snr_db": handle["snr_db"][()]}
+    model = backbone.load(backbone_dir / "backbone.pt", device)
+    predictions, step.details["batch_stats"] = predict(model, head, test_path, batch_size, batch_profile, device)
+    return summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec["high_snr_db"])

@@ -1,32 +1,44 @@
-"""select_checkpoint: the best epoch by the validation metric, published as an immutable, content-addressed artifact."""
+"""select_checkpoint: the best epoch by the validation metric, published as an immutable, content-addressed artifact.
+
+The artifact goes to the results store's artifacts/ folder, create-only and named by its sha256:
+it is no rule's output, so Snakemake never deletes it, and every artifact ever selected stays
+addressable from the selections, ledger entries and manifests that name it.
+"""
 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rffm.errors import ConfigError, IntegrityError
 from rffm.records.files import atomic_write_bytes, atomic_write_json, canonical_json, read_json, sha256_bytes
-from rffm.records.layout import ARTIFACT_DIR, SENTINEL_NAME, artifact_name
+from rffm.records.layout import ARTIFACTS, MODEL_CARD, SENTINEL_NAME, artifact_name
 from rffm.records.sentinel import require_intact
 from rffm.records.step import Step
+from rffm.records.store import open_store
 from rffm.training.selection import RULE_TEXT, choose
 
 RULE = "select_checkpoint"
 READ_ONLY = 0o444
 
 
-def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path) -> Path:
-    """Choose the best epoch, publish its weights as artifact/sha256-<hex>.pt with a model card."""
+def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path, *, store: str | Path | None = None) -> Path:
+    """Choose the best epoch, publish its weights as artifacts/sha256-<hex>.pt in the store, and write the model card."""
     options = spec["selection"]
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=options) as step:
+        results = open_store(store or step.out_dir.parents[2])
         epoch_dirs = [Path(d) for d in epoch_dirs]
         candidates = []
         for directory in epoch_dirs:  # runs/<run>/epochs/<k>
             step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME, ["metrics.json"])
             candidates.append(read_json(directory / "metrics.json"))
+        diverged = [c["epoch"] for c in candidates if not all(math.isfinite(v) for v in c.values() if isinstance(v, float))]
+        if diverged:
+            raise ConfigError(f"runs.{spec['run']}: epoch(s) {diverged} have non-finite metrics; a diverged run is never selected.")
         best = choose(candidates, options["metric"], options["mode"])
         chosen_dir = epoch_dirs[[c["epoch"] for c in candidates].index(best["epoch"])]
         require_intact(chosen_dir / SENTINEL_NAME, ["checkpoint.pt"], RULE)
@@ -42,8 +54,9 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path)
         torch.save(weights, buffer)
         blob = buffer.getvalue()
         digest = sha256_bytes(blob)
-        artifact = f"{ARTIFACT_DIR}/{artifact_name(digest)}"
-        atomic_write_bytes(step.out_dir / artifact, blob, mode=READ_ONLY)
+        artifact = f"{ARTIFACTS}/{artifact_name(digest)}"
+        if not results.create(artifact, blob) and sha256_bytes(results.read(artifact) or b"") != digest:
+            raise IntegrityError(f"{results.where(artifact)}: does not hold the artifact its name promises. Fix: move it aside.")
         evidence = {
             "metric": options["metric"],
             "mode": options["mode"],
@@ -53,7 +66,7 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path)
             "rule": RULE_TEXT,
         }
         card = {
-            "artifact": artifact_name(digest),
+            "artifact": artifact,
             "artifact_sha256": digest,
             "run": spec["run"],
             "dataset": spec["dataset"],
@@ -67,10 +80,16 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path)
             "training": dict(spec["train"]),
             "selection": evidence,
         }
-        atomic_write_bytes(step.out_dir / ARTIFACT_DIR / "model_card.json", canonical_json(card).encode(), mode=READ_ONLY)
+        atomic_write_bytes(step.out_dir / MODEL_CARD, canonical_json(card).encode(), mode=READ_ONLY)
         selection = {**evidence, "run": spec["run"], "artifact_sha256": digest, "artifact_path": artifact}
         atomic_write_json(step.out_dir / "selection.json", selection)
-        for name in ("selection.json", artifact, f"{ARTIFACT_DIR}/model_card.json"):
+        for name in ("selection.json", MODEL_CARD):
             step.output(name)
-        step.facts.update({"backbone_fingerprint": checkpoint["backbone_fingerprint"], "selection": selection})
+        step.facts.update(
+            {
+                "backbone_fingerprint": checkpoint["backbone_fingerprint"],
+                "selection": selection,
+                "artifact": {"key": artifact, "bytes": len(blob), "sha256": digest},
+            }
+        )
     return step.sentinel

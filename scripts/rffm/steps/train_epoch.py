@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -9,12 +11,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm.data.cache import open_cache, prefetched
-from rffm.errors import IntegrityError
-from rffm.ops import checkpoints
+from rffm.data import cache
+from rffm.data.cache import prefetched
+from rffm.errors import ConfigError, IntegrityError
+from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_json
-from rffm.records.layout import SENTINEL_NAME, cache_files
+from rffm.records.layout import SENTINEL_NAME
 from rffm.records.step import Step
+from rffm.records.store import open_store, publish_trace
 from rffm.runtime import tensorboard
 from rffm.runtime.profiling import BatchTracer, PhaseTimes
 from rffm.runtime.progress import Progress
@@ -26,45 +30,58 @@ OUTPUTS = ("checkpoint.pt", "metrics.json")
 
 def run(
     spec: dict[str, Any],
-    cache_dir: str | Path,
+    cache_record_dir: str | Path,
     epoch: int,
     previous_dir: str | Path | None,
     out_dir: str | Path,
     *,
+    scratch: str | Path,
+    cache_options: dict[str, Any],
     device: str = "cpu",
-    profile_dir: str | Path | None = None,
+    store: str | Path | None = None,
+    memo_store: str | Path | None = None,
     profile_batches: int = 0,
-    checkpoint_store: str | Path | None = None,
 ) -> Path:
     """Train epoch `epoch` (1-based) and write checkpoint.pt, metrics.json and the sentinel.
 
-    With a checkpoint store, an epoch stored there with the same identity (cache, previous epoch,
-    params, code) is restored instead of trained, and a trained one is mirrored there.
+    An epoch kept in the memo (rffm.records.memo) with this identity is restored instead of trained;
+    a trained one is kept there. The cache is read from this node's memo, built first if missing.
     """
-    cache_dir = Path(cache_dir)
-    device = torch.device(device)
+    cache_record_dir = Path(cache_record_dir)
+    results = open_store(store) if store else None
+    kept = open_store(memo_store) if memo_store else results
     options = train_options(spec)
     with Step(RULE, out_dir, key={"run": spec["run"], "epoch": epoch}, params={"run": spec["run"], "train": options}) as step:
-        step.consume("cache", cache_dir / SENTINEL_NAME, cache_files(), scratch_root=cache_dir.parent)
+        step.details["epoch"] = epoch
+        record = step.consume("cache", cache_record_dir / SENTINEL_NAME)
         if epoch > 1:
             step.consume("previous_epoch", Path(previous_dir) / SENTINEL_NAME, ["checkpoint.pt"])
-        restored = checkpoint_store is not None and checkpoints.restore(checkpoint_store, step, OUTPUTS)
+        restored = kept is not None and memo.restore(kept, step, OUTPUTS)
         if not restored:
-            step.device = device
-            splits, meta = open_cache(cache_dir, RULE)
-            metrics = train(spec, options, splits, meta, epoch, previous_dir, step, device, profile_dir, profile_batches)
+            step.device = torch.device(device)
+            phases = PhaseTimes()
+            directory, built = cache.ensure(record, cache_record_dir, scratch, {**cache_options, "device": device}, phases)
+            if built:
+                step.details["cache_build"] = {key: value for key, value in built.items() if key != "meta"}
+            splits, meta = cache.open_memo(directory, cache.recipe(record), RULE)
+            if meta["backbone_fingerprint"] != record["backbone_fingerprint"]:
+                raise IntegrityError(f"{directory}/meta.json: backbone fingerprint disagrees with the cache record {cache_record_dir}")
+            with tempfile.TemporaryDirectory() as traces:
+                trace_dir = Path(traces) if profile_batches else None
+                metrics = train(spec, options, splits, meta, epoch, previous_dir, step, step.device, trace_dir, profile_batches, phases)
+                for trace in sorted(Path(traces).glob("*.trace.json")):
+                    publish_trace(results or open_store(step.out_dir.parents[3]), spec["run"], trace)
             step.facts.update({"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": metrics})
     if not restored:
+        if kept is not None:
+            memo.save(kept, step, OUTPUTS)
         tensorboard.log_epoch(spec["run"], metrics)  # optional side output, after the epoch is complete
-        if checkpoint_store:
-            checkpoints.mirror(step.out_dir, checkpoint_store, spec["run"], epoch)
     return step.sentinel
 
 
-def train(spec, options, splits, meta, epoch, previous_dir, step: Step, device, profile_dir, profile_batches) -> dict[str, Any]:
+def train(spec, options, splits, meta, epoch, previous_dir, step: Step, device, profile_dir, profile_batches, phases) -> dict[str, Any]:
     """The epoch itself: resume the head, optimizer, schedule and RNG; train; validate; save."""
     out_dir = step.out_dir
-    phases = PhaseTimes()
     train_split, val_split = splits["train"], splits["val"]
     batch_size = int(options["batch_size"])
     steps_per_epoch = -(-len(train_split) // batch_size)
@@ -109,6 +126,12 @@ def train(spec, options, splits, meta, epoch, previous_dir, step: Step, device, 
         progress.update(1, loss=f"{loss.item():.4f}")
     tracer.close()
     progress.close()
+    if not math.isfinite(total_loss) or not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
+        raise ConfigError(
+            f"runs.{spec['run']}.train: epoch {epoch} diverged (train loss {total_loss / len(train_split)}, non-finite weights); "
+            f"nothing of it is kept, so it can never be selected or qualified. Fix: lower runs.{spec['run']}.train.lr "
+            "(or raise warmup_steps) and rerun snakemake."
+        )
     val_tracer = BatchTracer(profile_dir / f"epoch{epoch}_val.trace.json" if profile_dir else None, profile_batches, phases)
     validation = evaluate(head, val_split, max(batch_size, 512), device, phases, val_tracer)
     val_tracer.close()
@@ -138,5 +161,5 @@ def train(spec, options, splits, meta, epoch, previous_dir, step: Step, device, 
     atomic_write_json(out_dir / "metrics.json", metrics)
     for name in OUTPUTS:
         step.output(name)
-    step.details = {"epoch": epoch, "phases": phases.as_dict()}
+    step.details["phases"] = phases.as_dict()
     return metrics

@@ -1,0 +1,61 @@
+"""The memo of completed steps: outputs kept in the results store, keyed by what they were computed from.
+
+A step whose identity (rule, key, consumed sentinels, params, code) was computed before finds its
+outputs under memo/<rule>/<sha256 of the identity>/ and restores them instead of computing again:
+epochs after a preemption, a killed group job (Snakemake deletes the outputs of every job of a
+failed group), a fresh VM, or `epochs` raised on a run whose cache is gone with its node. Entries
+are written create-only by the store, files first and the sentinel last, so a half-written entry
+is never restored; restored outputs are checked against the stored sentinel byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rffm.records.files import atomic_write_bytes, sha256_json
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.sentinel import check_record, unseal
+from rffm.records.step import Step
+from rffm.records.store import Store
+
+MEMO = "memo"
+
+
+def entry(step: Step) -> str:
+    """The store folder of a step's memo entry."""
+    return f"{MEMO}/{step.rule}/{sha256_json(step.identity())}"
+
+
+def restore(store: Store, step: Step, names: tuple[str, ...]) -> bool:
+    """Restore the step's outputs (and facts) from its memo entry; True when it did, False when there is none usable."""
+    folder = entry(step)
+    data = store.read(f"{folder}/{SENTINEL_NAME}")
+    if data is None:
+        return False
+    body = unseal(store.where(f"{folder}/{SENTINEL_NAME}"), data, "memo sentinel")
+    identity = step.identity()
+    if {field: body.get(field) for field in identity} != identity:
+        return False
+    files = {name: store.read(f"{folder}/{name}") for name in names}
+    for name, content in files.items():
+        record = body.get("outputs", {}).get(name)
+        if content is None or not isinstance(record, dict):
+            return False
+        atomic_write_bytes(step.out_dir / name, content)
+        if check_record(step.out_dir / name, record):  # damaged in the store: compute it again
+            return False
+        step.output(name, record)
+    step.facts.update({key: value for key, value in body.items() if key not in identity and key != "outputs"})
+    computed = store.read(f"{folder}/{PROVENANCE_NAME}")
+    step.details.update({"restored_from": store.where(folder), "computed_by": json.loads(computed) if computed else None})
+    print(f"{step.rule} {step.key}: restored from {store.where(folder)} (same inputs, params and code)")
+    return True
+
+
+def save(store: Store, step: Step, names: tuple[str, ...]) -> str:
+    """Keep a finished step's outputs in its memo entry: files first, the sentinel last (all create-only)."""
+    folder = entry(step)
+    for name in (*names, PROVENANCE_NAME):
+        store.create(f"{folder}/{name}", (step.out_dir / name).read_bytes())
+    store.create(f"{folder}/{SENTINEL_NAME}", step.sentinel.read_bytes())
+    return folder
