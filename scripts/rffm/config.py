@@ -33,8 +33,14 @@ Validator = validators.extend(Draft202012Validator, type_checker=_TYPES)
 SPLIT_TOLERANCE = 1e-6  # as staging checks it
 MAX_SNR_POINTS = 1000
 MAX_STRATUM_SAMPLES = 1 << 28  # one (class, SNR) pair is generated in memory: 2 GiB of float32 I and Q
-TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false", "object": "a mapping"}
-TYPE_WORDS["array"] = "a list"
+TYPE_WORDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "object": "a mapping",
+    "array": "a list",
+}
 PATTERN_FIXES = {
     "device": "use auto, cpu, cuda or cuda:N",
     "sha256": "write the file's sha256 as 64 lower-case hex digits (`sha256sum <file>`)",
@@ -71,7 +77,10 @@ def _node_at(schema: dict[str, Any], schema_path: Iterable[Any]) -> dict[str, An
     """The schema node at a jsonschema schema path, $refs followed and merged with their siblings."""
     node: Any = schema
     for part in schema_path:
-        node = node[part] if isinstance(node, list) else _resolve(node, schema) if part == "$ref" else _resolve(node, schema)[part]
+        if isinstance(node, dict):
+            node = _resolve(node, schema)
+        if part != "$ref":
+            node = node[part]
     return _resolve(node, schema) if isinstance(node, dict) else {}
 
 
@@ -102,12 +111,11 @@ def allowed(node: dict[str, Any]) -> str:
 
 def _type_problem(error: Any, where: str, node: dict[str, Any]) -> str:
     value = error.instance
-    kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-    if "integer" in kinds and isinstance(value, float) and value.is_integer():
-        return f"{where}: {value!r} is not an integer. Fix: write {int(value)} ({allowed(node)})"
     if value is None:
         return f"{where}: has no value. Fix: write {allowed(node)}"
-    return f"{where}: {value!r} is not {' or '.join(TYPE_WORDS.get(k, k) for k in kinds)}. Fix: write {allowed(node)}"
+    if error.validator_value == "integer" and isinstance(value, float) and value.is_integer():
+        return f"{where}: {error.message}. Fix: write {int(value)} ({allowed(node)})"
+    return f"{where}: {error.message}. Fix: write {allowed(node)}"
 
 
 def _describe(error: Any, schema: dict[str, Any]) -> str:
@@ -180,10 +188,13 @@ class DuplicateKeyLoader(yaml.SafeLoader):
             yield from self.duplicates(value_node, (*path, key), seen)
 
     def _key(self, node: yaml.Node) -> Any:
+        """The key as YAML reads it (`1` and `"1"` differ); a key no config uses (a mapping, a bad tag) stands for itself."""
         try:
-            return self.construct_object(node, deep=True)
+            key = self.construct_object(node, deep=True)
+            hash(key)
         except (yaml.YAMLError, TypeError):
-            return (node.tag, getattr(node, "value", None))
+            return id(node)
+        return key
 
 
 def duplicate_keys(path: str | Path, text: str | None = None) -> list[str]:

@@ -93,7 +93,7 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "Fix: name a directory of its own below the root",
     ),
     ("results-no-value", lambda c: c.update(results=None), "results: has no value. Fix: write a string"),
-    ("results-not-text", lambda c: c.update(results=5), "results: 5 is not a string. Fix: write a string"),
+    ("results-not-text", lambda c: c.update(results=5), "results: 5 is not of type 'string'. Fix: write a string"),
     # NaN / infinity anywhere
     ("lr-inf", lambda c: train(c).update(lr=INF), "runs.base.train.lr: .inf is not a finite number. Fix: write a number > 0 and <= 10"),
     ("lr-nan", lambda c: train(c).update(lr=NAN), "runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10"),
@@ -136,27 +136,27 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
     (
         "epochs-float",
         lambda c: train(c).update(epochs=3.0),
-        "runs.base.train.epochs: 3.0 is not an integer. Fix: write 3 (an integer >= 1 and <= 10000)",
+        "runs.base.train.epochs: 3.0 is not of type 'integer'. Fix: write 3 (an integer >= 1 and <= 10000)",
     ),
     (
         "pretrain-epochs-float",
         lambda c: backbone(c)["pretrain"].update(epochs=2.0),
-        "backbones.mini.pretrain.epochs: 2.0 is not an integer. Fix: write 2 (an integer >= 0 and <= 10000)",
+        "backbones.mini.pretrain.epochs: 2.0 is not of type 'integer'. Fix: write 2 (an integer >= 0 and <= 10000)",
     ),
     (
         "batch-size-fraction",
         lambda c: train(c).update(batch_size=16.5),
-        "runs.base.train.batch_size: 16.5 is not an integer. Fix: write an integer >= 1 and <= 1048576",
+        "runs.base.train.batch_size: 16.5 is not of type 'integer'. Fix: write an integer >= 1 and <= 1048576",
     ),
     (
         "epochs-yaml-1e9-is-text",  # YAML 1.1 reads 1e9 (no dot) as a string
         lambda c: train(c).update(epochs="1e9"),
-        "runs.base.train.epochs: '1e9' is not an integer. Fix: write an integer >= 1 and <= 10000",
+        "runs.base.train.epochs: '1e9' is not of type 'integer'. Fix: write an integer >= 1 and <= 10000",
     ),
     (
         "seed-boolean",
         lambda c: dataset(c).update(seed=True),
-        "datasets.tiny.seed: True is not an integer. Fix: write an integer >= 0 and <= 4294967295",
+        "datasets.tiny.seed: True is not of type 'integer'. Fix: write an integer >= 0 and <= 4294967295",
     ),
     # out-of-range numbers
     (
@@ -337,7 +337,7 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "runs.base.selection.mode: 'best' is not allowed. Fix: use one of max, min",
     ),
     ("one-class", lambda c: synthetic(c).update(classes=["BPSK"]), "datasets.tiny.synthetic.classes: 1 item(s). Fix: list at least 2"),
-    ("datasets-not-mapping", lambda c: c.update(datasets=5), "datasets: 5 is not a mapping. Fix: write a mapping"),
+    ("datasets-not-mapping", lambda c: c.update(datasets=5), "datasets: 5 is not of type 'object'. Fix: write a mapping"),
     ("no-runs", lambda c: c.update(runs={}), "runs: nothing defined. Fix: define at least one entry (see config/config.yaml)"),
     # files the config imports
     (
@@ -586,7 +586,7 @@ def test_load_checks_the_yaml_as_written(tmp_path: Path):
         config.load([path])
     assert str(refused.value).splitlines()[1:] == [
         "  runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10",
-        "  runs.base.train.epochs: 3.0 is not an integer. Fix: write 3 (an integer >= 1 and <= 10000)",
+        "  runs.base.train.epochs: 3.0 is not of type 'integer'. Fix: write 3 (an integer >= 1 and <= 10000)",
     ]
 
 

@@ -75,7 +75,7 @@ CASES = [
     (
         "epochs-3.0",
         changed(lambda c: train(c).update(epochs=3.0)),
-        "runs.base.train.epochs: 3.0 is not an integer. Fix: write 3 (an integer >= 1 and <= 10000)",
+        "runs.base.train.epochs: 3.0 is not of type 'integer'. Fix: write 3 (an integer >= 1 and <= 10000)",
     ),
     (
         "seed-2^64",
