@@ -47,6 +47,7 @@ PATTERN_FIXES = {
     "launch_profile": "use letters, digits, '.', '_' and '-' only",
 }
 DIRECTORY_KEYS = ("results", "scratch", "checkpoint_store")
+ROOT_WRITES = {"results": " (/datasets, /runs ...)"}
 BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
 
 
@@ -145,7 +146,7 @@ def _describe(error: Any, schema: dict[str, Any]) -> str:
         fix = PATTERN_FIXES.get(str(error.absolute_path[-1]) if error.absolute_path else "", f"match {error.validator_value}")
         return f"{where}: {error.instance!r} is not allowed. Fix: {fix}"
     if kind == "minLength" and where in DIRECTORY_KEYS:
-        root = "every path under it would resolve against the filesystem root (/datasets, /runs ...)"
+        root = f"every path under it would resolve against the filesystem root{ROOT_WRITES.get(where, '')}"
         example = f", e.g. {where}: {node['default']}" if "default" in node else ""
         return f"{where}: empty, so {root}. Fix: name a directory{example}"
     if kind == "minLength":
@@ -364,7 +365,7 @@ def path_problems(config: dict[str, Any], local_files: bool) -> list[str]:
         value = config.get(key)
         if isinstance(value, str) and "://" not in value and _is_root(value, local_files):
             problems.append(
-                f"{key}: {value!r} resolves to the filesystem root, so the workflow would write /datasets, /runs ... "
+                f"{key}: {value!r} resolves to the filesystem root, so the workflow would write straight into /{ROOT_WRITES.get(key, '')}. "
                 "Fix: name a directory of its own below the root"
             )
     return problems

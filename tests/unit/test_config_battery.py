@@ -65,31 +65,31 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
     (
         "results-root",
         lambda c: c.update(results="/"),
-        "results: '/' resolves to the filesystem root, so the workflow would write /datasets, /runs ... "
+        "results: '/' resolves to the filesystem root, so the workflow would write straight into / (/datasets, /runs ...). "
         "Fix: name a directory of its own below the root",
     ),
     (
         "results-resolves-to-root",
         lambda c: c.update(results="/tmp/../.."),
-        "results: '/tmp/../..' resolves to the filesystem root, so the workflow would write /datasets, /runs ... "
+        "results: '/tmp/../..' resolves to the filesystem root, so the workflow would write straight into / (/datasets, /runs ...). "
         "Fix: name a directory of its own below the root",
     ),
     (
         "scratch-empty",
         lambda c: c.update(scratch=""),
-        "scratch: empty, so every path under it would resolve against the filesystem root (/datasets, /runs ...). "
+        "scratch: empty, so every path under it would resolve against the filesystem root. "
         "Fix: name a directory, e.g. scratch: scratch/hidden-states",
     ),
     (
         "scratch-root",
         lambda c: c.update(scratch="//"),
-        "scratch: '//' resolves to the filesystem root, so the workflow would write /datasets, /runs ... "
+        "scratch: '//' resolves to the filesystem root, so the workflow would write straight into /. "
         "Fix: name a directory of its own below the root",
     ),
     (
         "checkpoint-store-root",
         lambda c: c.update(checkpoint_store="/."),
-        "checkpoint_store: '/.' resolves to the filesystem root, so the workflow would write /datasets, /runs ... "
+        "checkpoint_store: '/.' resolves to the filesystem root, so the workflow would write straight into /. "
         "Fix: name a directory of its own below the root",
     ),
     ("results-no-value", lambda c: c.update(results=None), "results: has no value. Fix: write a string"),
@@ -442,7 +442,7 @@ def test_a_relative_results_dir_resolving_to_the_root_is_refused_only_where_it_r
     bad = {**tiny_config(), "results": "."}
     monkeypatch.chdir("/")
     assert config.problems(bad, local_files=True) == [
-        "results: '.' resolves to the filesystem root, so the workflow would write /datasets, /runs ... "
+        "results: '.' resolves to the filesystem root, so the workflow would write straight into / (/datasets, /runs ...). "
         "Fix: name a directory of its own below the root"
     ]
     assert config.problems(bad, local_files=False) == []  # in a storage bucket, '.' is the storage prefix
