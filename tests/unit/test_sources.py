@@ -197,7 +197,7 @@ def test_a_source_without_its_options_block_is_one_readable_line():
     bad["datasets"]["tiny"]["source"] = "radioml2018"
     bad["datasets"]["tiny"]["select"] = {"classes": "normal", "max_per_class_snr": 0}
     problems = config.problems(bad, REPO / "workflow/schemas/config.schema.yaml")
-    missing = "datasets.tiny: 'radioml2018' is a required property for source 'radioml2018'"
-    assert f"{missing} (its options block; see config/README.md)" in problems
-    assert "datasets.tiny.select.classes: 'normal' is not one of ['rml2018-normal']" in problems
-    assert "datasets.tiny.select.max_per_class_snr: 0 is less than the minimum of 1" in problems
+    missing = "datasets.tiny.radioml2018: missing; source 'radioml2018' needs it"
+    assert f"{missing}. Fix: add its options block (config/examples/radioml2018.yaml)" in problems
+    assert "datasets.tiny.select.classes: 'normal' is not allowed. Fix: use one of rml2018-normal" in problems
+    assert any(p.startswith("datasets.tiny.select.max_per_class_snr: 0 is less than the minimum of 1. Fix:") for p in problems)

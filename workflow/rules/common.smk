@@ -16,8 +16,9 @@ from rffm.records.store import open_store
 from rffm.ops.unlock import record_owner
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
+# It also reads the config files (repeated keys) and, where jobs and files are on this machine, checks them.
 try:
-    rffm_config.check(config)
+    rffm_config.check(config, **rffm_config.snakemake_settings(workflow))
 except RffmError as error:
     raise WorkflowError(str(error)) from None
 

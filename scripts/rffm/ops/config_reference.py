@@ -44,7 +44,7 @@ def describe_type(node: dict[str, Any]) -> str:
     bounds = []
     for key, symbol in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
         if key in node:
-            bounds.append(f"{symbol} {node[key]:g}")
+            bounds.append(f"{symbol} {node[key] if isinstance(node[key], int) else format(node[key], 'g')}")  # ints exact: 4294967295
     if kind == "array":
         items = node.get("items", {})
         inner = "one of " + ", ".join(_code(v) for v in items["enum"]) if "enum" in items else items.get("type", "any")

@@ -1,0 +1,621 @@
+"""Malformed configurations, one kind of problem each: every one is refused by rffm.config before anything
+runs, as one line that names the key and says what to do (issue 14). The workflow-level counterpart,
+which runs the real snakemake on a subset, is tests/workflow/test_config_refusals.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from conftest import TINY, tiny_config
+from rffm import config
+from rffm.errors import ConfigError
+
+INF, NAN = float("inf"), float("nan")
+
+
+def train(c: dict) -> dict:
+    return c["runs"]["base"]["train"]
+
+
+def backbone(c: dict) -> dict:
+    return c["backbones"]["mini"]
+
+
+def dataset(c: dict) -> dict:
+    return c["datasets"]["tiny"]
+
+
+def synthetic(c: dict) -> dict:
+    return dataset(c)["synthetic"]
+
+
+def second_dataset(c: dict, **synthetic_options: Any) -> None:
+    """A second synthetic dataset read by a second run on the same backbone."""
+    c["datasets"]["long"] = {"source": "synthetic", "seed": 1, "synthetic": {"length": 64, **synthetic_options}}
+    c["runs"]["other"] = {**c["runs"]["base"], "dataset": "long"}
+
+
+def sigmf_dataset(c: dict, window: int) -> None:
+    c["datasets"]["rec"] = {"source": "sigmf", "seed": 1, "sigmf": {"recordings": ["capture"], "window": window}}
+    c["runs"]["other"] = {**c["runs"]["base"], "dataset": "rec"}
+
+
+def imported(c: dict, path: str) -> None:
+    c["backbones"]["mini"] = {"source": "checkpoint", "path": path, "sha256": "0" * 64}
+
+
+# (case id, change to the tiny config, the one line expected). Checked with the file and machine checks on
+# (tmp_path as working directory), so every line below is the only problem found.
+CASES: list[tuple[str, Callable[[dict], Any], str]] = [
+    # results / scratch that would write at the filesystem root
+    (
+        "results-empty",
+        lambda c: c.update(results=""),
+        "results: empty, so every path under it would resolve against the filesystem root (/datasets, /runs ...). "
+        "Fix: name a directory, e.g. results: results",
+    ),
+    (
+        "results-root",
+        lambda c: c.update(results="/"),
+        "results: '/' resolves to the filesystem root, so the workflow would write straight into / (/datasets, /runs ...). "
+        "Fix: name a directory of its own below the root",
+    ),
+    (
+        "results-resolves-to-root",
+        lambda c: c.update(results="/tmp/../.."),
+        "results: '/tmp/../..' resolves to the filesystem root, so the workflow would write straight into / (/datasets, /runs ...). "
+        "Fix: name a directory of its own below the root",
+    ),
+    (
+        "scratch-empty",
+        lambda c: c.update(scratch=""),
+        "scratch: empty, so every path under it would resolve against the filesystem root. "
+        "Fix: name a directory, e.g. scratch: scratch/hidden-states",
+    ),
+    (
+        "scratch-root",
+        lambda c: c.update(scratch="//"),
+        "scratch: '//' resolves to the filesystem root, so the workflow would write straight into /. "
+        "Fix: name a directory of its own below the root",
+    ),
+    (
+        "checkpoint-store-root",
+        lambda c: c.update(checkpoint_store="/."),
+        "checkpoint_store: '/.' resolves to the filesystem root, so the workflow would write straight into /. "
+        "Fix: name a directory of its own below the root",
+    ),
+    ("results-no-value", lambda c: c.update(results=None), "results: has no value. Fix: write a string"),
+    ("results-not-text", lambda c: c.update(results=5), "results: 5 is not of type 'string'. Fix: write a string"),
+    # NaN / infinity anywhere
+    ("lr-inf", lambda c: train(c).update(lr=INF), "runs.base.train.lr: .inf is not a finite number. Fix: write a number > 0 and <= 10"),
+    ("lr-nan", lambda c: train(c).update(lr=NAN), "runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10"),
+    (
+        "pretrain-lr-nan",
+        lambda c: backbone(c)["pretrain"].update(lr=NAN),
+        "backbones.mini.pretrain.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10",
+    ),
+    (
+        "snr-step-nan",
+        lambda c: synthetic(c)["snr_db"].update(step=NAN),
+        "datasets.tiny.synthetic.snr_db.step: .nan is not a finite number. Fix: write a number > 0 and <= 200",
+    ),
+    (
+        "snr-max-inf",
+        lambda c: synthetic(c)["snr_db"].update(max=INF),
+        "datasets.tiny.synthetic.snr_db.max: .inf is not a finite number. Fix: write a number >= -100 and <= 100",
+    ),
+    (
+        "headroom-minus-inf",
+        lambda c: c["cache"].update(disk_headroom=-INF),
+        "cache.disk_headroom: -.inf is not a finite number. Fix: write a number >= 0 and <= 100",
+    ),
+    (
+        "seed-nan",
+        lambda c: train(c).update(seed=NAN),
+        "runs.base.train.seed: .nan is not a finite number. Fix: write an integer >= 0 and <= 4294967295",
+    ),
+    (
+        "sample-rate-inf",
+        lambda c: dataset(c).update(sample_rate=INF),
+        "datasets.tiny.sample_rate: .inf is not a finite number. Fix: write a number > 0",
+    ),
+    (
+        "high-snr-nan",
+        lambda c: c["runs"]["base"].update(high_snr_db=NAN),
+        "runs.base.high_snr_db: .nan is not a finite number. Fix: write a number >= -100 and <= 100",
+    ),
+    # integer-valued floats (and other non-integers) where an integer is required
+    (
+        "epochs-float",
+        lambda c: train(c).update(epochs=3.0),
+        "runs.base.train.epochs: 3.0 is not of type 'integer'. Fix: write 3 (an integer >= 1 and <= 10000)",
+    ),
+    (
+        "pretrain-epochs-float",
+        lambda c: backbone(c)["pretrain"].update(epochs=2.0),
+        "backbones.mini.pretrain.epochs: 2.0 is not of type 'integer'. Fix: write 2 (an integer >= 0 and <= 10000)",
+    ),
+    (
+        "batch-size-fraction",
+        lambda c: train(c).update(batch_size=16.5),
+        "runs.base.train.batch_size: 16.5 is not of type 'integer'. Fix: write an integer >= 1 and <= 1048576",
+    ),
+    (
+        "epochs-yaml-1e9-is-text",  # YAML 1.1 reads 1e9 (no dot) as a string
+        lambda c: train(c).update(epochs="1e9"),
+        "runs.base.train.epochs: '1e9' is not of type 'integer'. Fix: write an integer >= 1 and <= 10000",
+    ),
+    (
+        "seed-boolean",
+        lambda c: dataset(c).update(seed=True),
+        "datasets.tiny.seed: True is not of type 'integer'. Fix: write an integer >= 0 and <= 4294967295",
+    ),
+    # out-of-range numbers
+    (
+        "epochs-1e9",
+        lambda c: train(c).update(epochs=10**9),
+        "runs.base.train.epochs: 1000000000 is greater than the maximum of 10000. Fix: use an integer >= 1 and <= 10000",
+    ),
+    (
+        "epochs-zero",
+        lambda c: train(c).update(epochs=0),
+        "runs.base.train.epochs: 0 is less than the minimum of 1. Fix: use an integer >= 1 and <= 10000",
+    ),
+    (
+        "batch-size-1e15",
+        lambda c: train(c).update(batch_size=10**15),
+        "runs.base.train.batch_size: 1000000000000000 is greater than the maximum of 1048576. Fix: use an integer >= 1 and <= 1048576",
+    ),
+    (
+        "pretrain-batch-size",
+        lambda c: backbone(c)["pretrain"].update(batch_size=2**20 + 1),
+        "backbones.mini.pretrain.batch_size: 1048577 is greater than the maximum of 1048576. Fix: use an integer >= 1 and <= 1048576",
+    ),
+    (
+        "cache-batch-size",
+        lambda c: c["cache"].update(batch_size=10**15),
+        "cache.batch_size: 1000000000000000 is greater than the maximum of 1048576. Fix: use an integer >= 1 and <= 1048576",
+    ),
+    (
+        "train-seed-2^64",
+        lambda c: train(c).update(seed=2**64),
+        "runs.base.train.seed: 18446744073709551616 is greater than the maximum of 4294967295. Fix: use an integer >= 0 and <= 4294967295",
+    ),
+    (
+        "dataset-seed-2^32",
+        lambda c: dataset(c).update(seed=2**32),
+        "datasets.tiny.seed: 4294967296 is greater than the maximum of 4294967295. Fix: use an integer >= 0 and <= 4294967295",
+    ),
+    (
+        "pretrain-seed-negative",
+        lambda c: backbone(c)["pretrain"].update(seed=-1),
+        "backbones.mini.pretrain.seed: -1 is less than the minimum of 0. Fix: use an integer >= 0 and <= 4294967295",
+    ),
+    (
+        "examples-per-pair",
+        lambda c: synthetic(c).update(examples_per_class_snr=10**9),
+        "datasets.tiny.synthetic.examples_per_class_snr: 1000000000 is greater than the maximum of 100000. "
+        "Fix: use an integer >= 1 and <= 100000",
+    ),
+    (
+        "length",
+        lambda c: synthetic(c).update(length=10**7),
+        "datasets.tiny.synthetic.length: 10000000 is greater than the maximum of 65536. Fix: use an integer >= 1 and <= 65536",
+    ),
+    (
+        "threads",
+        lambda c: c.update(threads=10**6),
+        "threads: 1000000 is greater than the maximum of 1024. Fix: use an integer >= 1 and <= 1024",
+    ),
+    (
+        "lr-huge",
+        lambda c: train(c).update(lr=1e6),
+        "runs.base.train.lr: 1000000.0 is greater than the maximum of 10. Fix: use a number > 0 and <= 10",
+    ),
+    (
+        "snr-min",
+        lambda c: synthetic(c)["snr_db"].update(min=-1000),
+        "datasets.tiny.synthetic.snr_db.min: -1000 is less than the minimum of -100. Fix: use a number >= -100 and <= 100",
+    ),
+    (
+        "width",
+        lambda c: backbone(c)["arch"].update(dim=10**6),
+        "backbones.mini.arch.dim: 1000000 is greater than the maximum of 4096. Fix: use an integer >= 1 and <= 4096",
+    ),
+    (
+        "cfo",
+        lambda c: synthetic(c).update(impairments={"cfo_max": 0.9}),
+        "datasets.tiny.synthetic.impairments.cfo_max: 0.9 is greater than the maximum of 0.5. Fix: use a number >= 0 and <= 0.5",
+    ),
+    # constraints between fields
+    (
+        "splits-below-1",
+        lambda c: dataset(c)["splits"].update(train=0.4),
+        "datasets.tiny.splits: train + val + test = 0.9, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)",
+    ),
+    (
+        "splits-default-plus-one",
+        lambda c: dataset(c).update(splits={"train": 0.8}),
+        "datasets.tiny.splits: train + val + test = 1.2, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)",
+    ),
+    (
+        "synthetic-snr-min-above-max",
+        lambda c: synthetic(c)["snr_db"].update(min=20),
+        "datasets.tiny.synthetic.snr_db: min 20 is above max 10. Fix: make min <= max",
+    ),
+    (
+        "select-snr-min-above-max",
+        lambda c: dataset(c).update(select={"snr_db": {"min": 5, "max": -5}}),
+        "datasets.tiny.select.snr_db: min 5 is above max -5. Fix: make min <= max",
+    ),
+    (
+        "snr-grid-too-fine",
+        lambda c: synthetic(c)["snr_db"].update(step=0.001),
+        "datasets.tiny.synthetic.snr_db.step: 0.001 makes 10001 SNR points from 0 to 10 dB (at most 1000). Fix: use a step >= 0.01001",
+    ),
+    (
+        "pair-too-large",
+        lambda c: synthetic(c).update(examples_per_class_snr=100000, length=65536),
+        "datasets.tiny.synthetic.examples_per_class_snr: 100000 x length 65536 = 6553600000 IQ samples per (class, SNR) pair, "
+        "generated in memory at once (at most 268435456). Fix: lower examples_per_class_snr or length",
+    ),
+    (
+        "heads",
+        lambda c: backbone(c)["arch"].update(heads=3),
+        "backbones.mini.arch.heads: 3 does not divide dim 16. Fix: use one of 1, 2, 4, 8, 16",
+    ),
+    (
+        "heads-default-dim",
+        lambda c: backbone(c).pop("arch") and backbone(c).update(arch={"heads": 5}),
+        "backbones.mini.arch.heads: 5 does not divide dim 64. Fix: use one of 1, 2, 4, 8, 16, 32, 64",
+    ),
+    (
+        "patch-longer-than-signal",
+        lambda c: backbone(c)["arch"].update(patch=128),
+        "backbones.mini.arch.patch: 128 is longer than the signal length 64 (datasets.tiny.synthetic.length). "
+        "Fix: use a patch that divides 64, or change datasets.tiny.synthetic.length",
+    ),
+    (
+        "patch-not-dividing",
+        lambda c: backbone(c)["arch"].update(patch=24),
+        "backbones.mini.arch.patch: 24 does not divide the signal length 64 (datasets.tiny.synthetic.length). "
+        "Fix: use a patch that divides 64, or change datasets.tiny.synthetic.length",
+    ),
+    (
+        "patch-vs-a-run-dataset",
+        lambda c: second_dataset(c, length=40),
+        "backbones.mini.arch.patch: 16 does not divide the signal length 40 (datasets.long.synthetic.length). "
+        "Fix: use a patch that divides 40, or change datasets.long.synthetic.length",
+    ),
+    (
+        "patch-vs-default-length",  # synthetic length defaults to 128 (the schema)
+        lambda c: synthetic(c).pop("length") and backbone(c)["arch"].update(patch=48),
+        "backbones.mini.arch.patch: 48 does not divide the signal length 128 (datasets.tiny.synthetic.length). "
+        "Fix: use a patch that divides 128, or change datasets.tiny.synthetic.length",
+    ),
+    (
+        "patch-vs-sigmf-window",
+        lambda c: sigmf_dataset(c, window=100),
+        "backbones.mini.arch.patch: 16 does not divide the signal length 100 (datasets.rec.sigmf.window). "
+        "Fix: use a patch that divides 100, or change datasets.rec.sigmf.window",
+    ),
+    # shape, names and references
+    ("device-name", lambda c: c.update(device="gpu"), "device: 'gpu' is not allowed. Fix: use auto, cpu, cuda or cuda:N"),
+    (
+        "unknown-key",
+        lambda c: train(c).update(epoch=3),
+        "runs.base.train: unknown key(s) 'epoch'. Fix: remove or rename it; allowed here: batch_size, epochs, head, label_smoothing, lr, "
+        "lr_decay_per_epoch, seed, warmup_steps, weight_decay",
+    ),
+    (
+        "bad-name",
+        lambda c: c["runs"].update({"Big Run": c["runs"].pop("base")}),
+        "runs: name 'Big Run' is not allowed. Fix: use lower-case letters, digits, '-' and '_' (no '__')",
+    ),
+    ("missing-lr", lambda c: train(c).pop("lr"), "runs.base.train.lr: missing (required). Fix: add it (see config/REFERENCE.md)"),
+    (
+        "source-without-options",
+        lambda c: dataset(c).update(source="hdf5"),
+        "datasets.tiny.hdf5: missing; source 'hdf5' needs it. Fix: add its options block (config/examples/hdf5.yaml)",
+    ),
+    (
+        "sha256",
+        lambda c: imported(c, str(TINY)) or backbone(c).update(sha256="abc"),
+        "backbones.mini.sha256: 'abc' is not allowed. Fix: write the file's sha256 as 64 lower-case hex digits (`sha256sum <file>`)",
+    ),
+    (
+        "mode",
+        lambda c: c["runs"]["base"].update(selection={"mode": "best"}),
+        "runs.base.selection.mode: 'best' is not allowed. Fix: use one of max, min",
+    ),
+    ("one-class", lambda c: synthetic(c).update(classes=["BPSK"]), "datasets.tiny.synthetic.classes: 1 item(s). Fix: list at least 2"),
+    ("datasets-not-mapping", lambda c: c.update(datasets=5), "datasets: 5 is not of type 'object'. Fix: write a mapping"),
+    ("no-runs", lambda c: c.update(runs={}), "runs: nothing defined. Fix: define at least one entry (see config/config.yaml)"),
+    # files the config imports
+    (
+        "imported-backbone-missing",
+        lambda c: imported(c, "models/backbone.pt"),
+        "backbones.mini.path: models/backbone.pt does not exist. "
+        "Fix: point it at the backbone.pt to import (relative paths start from {cwd})",
+    ),
+    (
+        "imported-backbone-is-a-directory",
+        lambda c: imported(c, "/"),
+        "backbones.mini.path: / is a directory. Fix: point it at the backbone.pt to import",
+    ),
+    (
+        "dataset-source-missing",
+        lambda c: dataset(c).update(source="radioml2016", radioml2016={"path": "/data/RML2016.10a_dict.pkl"}),
+        "datasets.tiny.radioml2016.path: /data/RML2016.10a_dict.pkl does not exist. Fix: point it at the source file",
+    ),
+    # directories on this machine
+    (
+        "results-is-a-file",
+        lambda c: c.update(results="config.yaml"),
+        "results: {cwd}/config.yaml is a file, not a directory. "
+        "Fix: set results to a directory you can write (relative paths start from {cwd})",
+    ),
+    (
+        "results-under-a-file",
+        lambda c: c.update(results="config.yaml/results"),
+        "results: {cwd}/config.yaml/results lies under the file {cwd}/config.yaml. "
+        "Fix: set results to a directory you can write (relative paths start from {cwd})",
+    ),
+    (
+        "scratch-under-a-file",
+        lambda c: c.update(scratch="config.yaml/deep/scratch"),
+        "scratch: {cwd}/config.yaml/deep/scratch lies under the file {cwd}/config.yaml. "
+        "Fix: set scratch to a directory you can write (relative paths start from {cwd})",
+    ),
+    (
+        "checkpoint-store-is-a-file",
+        lambda c: c.update(checkpoint_store="config.yaml"),
+        "checkpoint_store: {cwd}/config.yaml is a file, not a directory. "
+        "Fix: set checkpoint_store to a directory you can write (relative paths start from {cwd})",
+    ),
+    (
+        "results-broken-link",
+        lambda c: os.symlink("gone", "dangling") or c.update(results="dangling/results"),
+        "results: {cwd}/dangling is a broken symbolic link (to gone). "
+        "Fix: set results to a directory you can write (relative paths start from {cwd})",
+    ),
+]
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """An empty working directory holding one regular file, config.yaml, and nothing else."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("# a file, so that paths under it are unusable\n")
+    os.mkdir(tmp_path / "capture")  # sigmf recordings are listed by name; the window check needs no data
+    yield tmp_path
+
+
+@pytest.mark.parametrize("change, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_each_malformed_config_is_one_line_naming_the_key(here: Path, change, expected):
+    bad = tiny_config()
+    change(bad)
+    before = tree(here)
+    found = config.problems(bad, files=[], runs_here=True, local_files=True)
+    assert found == [expected.format(cwd=here)]
+    assert "Traceback" not in found[0] and "\n" not in found[0] and "Fix:" in found[0]
+    assert tree(here) == before  # checking never creates anything
+    with pytest.raises(ConfigError) as refused:
+        config.check(bad, runs_here=True, local_files=True)
+    assert expected.format(cwd=here) in str(refused.value).splitlines()[1]
+
+
+def test_the_battery_covers_at_least_forty_cases():
+    assert len(CASES) >= 40 and len({name for name, _, _ in CASES}) == len(CASES)
+
+
+def test_a_nan_anywhere_is_named_once_with_its_key():
+    bad = tiny_config()
+    train(bad).update(lr=NAN, weight_decay=INF)
+    dataset(bad)["class_map"] = {"bpsk2": NAN}
+    assert config.problems(bad) == [
+        "datasets.tiny.class_map.bpsk2: .nan is not a finite number. Fix: write a string",
+        "runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10",
+        "runs.base.train.weight_decay: .inf is not a finite number. Fix: write a number >= 0 and <= 1",
+    ]
+
+
+def test_an_empty_config_names_each_missing_block():
+    assert config.problems({}) == [
+        f"{key}: missing (required). Fix: add it (see config/REFERENCE.md)" for key in ("datasets", "backbones", "runs")
+    ]
+
+
+def test_a_relative_results_dir_resolving_to_the_root_is_refused_only_where_it_resolves(monkeypatch):
+    bad = {**tiny_config(), "results": "."}
+    monkeypatch.chdir("/")
+    assert config.problems(bad, local_files=True) == [
+        "results: '.' resolves to the filesystem root, so the workflow would write straight into / (/datasets, /runs ...). "
+        "Fix: name a directory of its own below the root"
+    ]
+    assert config.problems(bad, local_files=False) == []  # in a storage bucket, '.' is the storage prefix
+
+
+# ---- machine checks apply only where the caller says files and jobs are on this machine ----
+
+
+def test_scratch_and_device_are_not_checked_where_jobs_run_elsewhere(here: Path):
+    bad = {**tiny_config(), "scratch": "config.yaml/scratch", "device": "cuda:99"}
+    assert config.problems(bad, runs_here=False, local_files=True) == []
+    found = config.problems(bad, runs_here=True, local_files=True)
+    assert found[0].startswith(f"scratch: {here}/config.yaml/scratch lies under the file")
+    assert found[1].startswith("device: 'cuda:99' but torch sees") and found[1].endswith(
+        "Fix: set device: cpu (or auto), or run where that GPU is visible"
+    )
+
+
+def test_results_and_imported_files_are_not_checked_in_a_storage_bucket(here: Path):
+    bad = {**tiny_config(), "results": "config.yaml/results"}
+    imported(bad, "models/backbone.pt")
+    assert config.problems(bad, runs_here=False, local_files=False) == []
+
+
+def test_a_cuda_device_torch_cannot_see_is_refused(here: Path):
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wanted = "cuda" if count == 0 else f"cuda:{count}"
+    found = config.problems({**tiny_config(), "device": wanted}, runs_here=True, local_files=True)
+    assert len(found) == 1 and found[0].startswith(f"device: {wanted!r} but torch sees")
+    assert config.problems({**tiny_config(), "device": "auto"}, runs_here=True, local_files=True) == []
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory nobody here can write in: chmod for a normal user; root ignores modes, so a read-only mount."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    if os.geteuid() != 0:
+        target.chmod(0o555)
+        yield target
+        target.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(target)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+def test_an_unwritable_results_dir_is_refused_without_creating_it(read_only_dir: Path):
+    for results in (read_only_dir, read_only_dir / "results" / "deep"):
+        found = config.problems({**tiny_config(), "results": str(results)}, local_files=True)
+        tail = "" if results == read_only_dir else f", so {results} cannot be created"
+        assert found == [f"results: {read_only_dir} is not writable{tail}. Fix: set results to a directory you can write"]
+    assert list(read_only_dir.iterdir()) == []
+
+
+# ---- keys given twice in a file ----
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_key_given_twice_names_file_lines_and_key(tmp_path: Path):
+    text = (
+        TINY.read_text().replace("results: results\n", "results: results\nthreads: 2\n").replace("threads: 1\n", "threads: 1\ncache: {}\n")
+    )
+    path = write(tmp_path, "c.yaml", text)
+    assert config.duplicate_keys(path) == [
+        f"threads: given twice in {path} (lines 3 and 5); YAML silently keeps the last. Fix: keep one of them",
+        f"cache: given twice in {path} (lines 6 and 7); YAML silently keeps the last. Fix: keep one of them",
+    ]
+
+
+def test_epochs_given_twice_in_a_flow_mapping_and_a_run_defined_twice(tmp_path: Path):
+    text = TINY.read_text().replace("seed: 0}\n    profiling", "seed: 0, epochs: 30}\n    profiling")
+    text += "  base:\n    dataset: tiny\n    backbone: mini\n    train: {epochs: 1, lr: 0.1, batch_size: 8, seed: 1}\n"
+    path = write(tmp_path, "c.yaml", text)
+    assert config.file_problems([path]) == [
+        f"runs.base.train.epochs: given twice in {path} (twice on line 26); YAML silently keeps the last. Fix: keep one of them",
+        f"runs.base: given twice in {path} (lines 23 and 28); YAML silently keeps the last. Fix: keep one of them",
+    ]
+    with pytest.raises(ConfigError, match=r"\n  runs\.base: given twice"):
+        config.load([path])
+
+
+def test_merge_keys_aliases_and_overrides_across_files_are_not_duplicates(tmp_path: Path):
+    anchors = "x-train: &train {epochs: 2, lr: 0.1}\nruns:\n  a:\n    train:\n      <<: *train\n      lr: 0.2\n  b:\n    train: *train\n"
+    path = write(tmp_path, "anchors.yaml", anchors)
+    override = write(tmp_path, "override.yaml", "results: elsewhere\nruns:\n  base:\n    train: {epochs: 5}\n")
+    assert config.file_problems([path, override, TINY]) == []
+
+
+def test_keys_given_twice_in_a_json_config(tmp_path: Path):
+    path = write(tmp_path, "c.json", '{\n  "results": "a",\n  "threads": 1,\n  "results": "b"\n}\n')
+    assert config.duplicate_keys(path) == [
+        f"results: given twice in {path} (lines 2 and 4); YAML silently keeps the last. Fix: keep one of them"
+    ]
+
+
+def test_a_json_nan_is_refused(tmp_path: Path):
+    text = json.dumps(tiny_config()).replace('"lr": 0.01', '"lr": NaN')
+    loaded = json.loads(text)  # how Snakemake reads a JSON --configfile
+    assert config.problems(loaded) == ["runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10"]
+
+
+def test_files_that_vanished_or_are_not_yaml_are_left_to_their_reader(tmp_path: Path):
+    assert config.file_problems([tmp_path / "gone.yaml", write(tmp_path, "tabs.json", '{\t"a": 1}')]) == []
+
+
+# ---- rffm.config.load (rffm status, rffm posttrain) ----
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", "{path}: the configuration file is empty. Fix: write the configuration (see config/config.yaml)"),
+        ("# only a comment\n", "{path}: the configuration file is empty. Fix: write the configuration (see config/config.yaml)"),
+        ("- a\n- b\n", "{path}: holds a list, not a mapping of keys. Fix: write `key: value` lines (see config/config.yaml)"),
+        ("a: [1\n", "{path}: cannot read the configuration ("),
+    ],
+    ids=["empty", "comments-only", "list", "broken-yaml"],
+)
+def test_load_refuses_a_file_that_is_not_a_configuration(tmp_path: Path, text: str, expected: str):
+    path = write(tmp_path, "c.yaml", text)
+    with pytest.raises(ConfigError) as refused:
+        config.load([path])
+    assert str(refused.value).startswith(expected.format(path=path)) and "\n" not in str(refused.value)
+
+
+def test_load_checks_the_yaml_as_written(tmp_path: Path):
+    path = write(tmp_path, "c.yaml", TINY.read_text().replace("lr: 0.01", "lr: .nan").replace("epochs: 3,", "epochs: 3.0,"))
+    with pytest.raises(ConfigError) as refused:
+        config.load([path])
+    assert str(refused.value).splitlines()[1:] == [
+        "  runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10",
+        "  runs.base.train.epochs: 3.0 is not of type 'integer'. Fix: write 3 (an integer >= 1 and <= 10000)",
+    ]
+
+
+# ---- what common.smk passes: read from the Snakemake workflow being parsed ----
+
+
+def workflow(**changes: Any) -> SimpleNamespace:
+    """The attributes of snakemake.workflow.Workflow that snakemake_settings reads, for a local run by default."""
+    settings = {
+        "configfiles": ["/w/config.yaml", "config/config.yaml"],
+        "overwrite_configfiles": ["/w/config.yaml"],
+        "config_settings": SimpleNamespace(replace_workflow_config=False, overwrite_config={"results": "r"}),
+        "resource_settings": SimpleNamespace(cores=2, nodes=None),
+        "output_settings": SimpleNamespace(dryrun=False),
+        "storage_settings": SimpleNamespace(default_storage_provider=None),
+        "remote_exec": False,
+        "subprocess_exec": False,
+    }
+    return SimpleNamespace(**{**settings, **changes})
+
+
+def test_snakemake_settings_tell_local_runs_from_cluster_dry_and_remote_ones():
+    local = config.snakemake_settings(workflow())
+    assert local == {"files": [Path("/w/config.yaml"), Path("config/config.yaml")], "runs_here": True, "local_files": True}
+    cluster = workflow(resource_settings=SimpleNamespace(cores=None, nodes=50))  # --executor slurm --jobs 50
+    assert config.snakemake_settings(cluster)["runs_here"] is False
+    assert config.snakemake_settings(workflow(output_settings=SimpleNamespace(dryrun=True)))["runs_here"] is False
+    assert config.snakemake_settings(workflow(remote_exec=True))["runs_here"] is False
+    bucket = config.snakemake_settings(workflow(storage_settings=SimpleNamespace(default_storage_provider="gcs")))
+    assert bucket["local_files"] is False and bucket["runs_here"] is True
+    replaced = workflow(config_settings=SimpleNamespace(replace_workflow_config=True, overwrite_config={"scratch": "c"}))
+    assert config.snakemake_settings(replaced)["files"] == [Path("/w/config.yaml")]  # rffm posttrain: the Snakefile's file is dropped
