@@ -1,25 +1,97 @@
 # Setup, run and test in a local virtual environment (.venv).
-# CPU machines get the pinned CPU torch wheel; GPU users override TORCH_SPEC, e.g.
+#
+# torch: a CPU build on a machine without an NVIDIA GPU, a CUDA build where `nvidia-smi -L` lists one.
+#   cpu:  torch==$(TORCH_VERSION) from the official CPU wheel index ($(TORCH_CPU_INDEX)) when it answers
+#         within a few seconds; otherwise the plain pin, resolved the way this machine's pip is configured
+#         (a local wheel directory, a mirror, or PyPI, whose Linux x86-64 wheel is the CUDA build: setup
+#         then says so; it runs on the CPU all the same).
+#   cuda: torch==$(TORCH_VERSION) from the configured index (PyPI: on Linux a CUDA 13.0 build, which needs
+#         an NVIDIA driver >= 580); setup fails if pip resolved it to a CPU build.
+# Override the detection with TORCH_BUILD=cpu|cuda, or the whole pip argument list with TORCH_SPEC, e.g.
 #   make run TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# `make torch-choice` prints the choice. It is recorded in $(VENV)/torch-<checksum>.stamp: a different choice
+# (another TORCH_SPEC, TORCH_BUILD or detection result) reinstalls torch in the existing .venv.
+# With a CUDA build `make run` and `make floor` pass `--config device=cuda` (DEVICE=cpu or DEVICE= keeps
+# the config's device); nothing is written into config/.
 PYTHON ?= python3
-TORCH_SPEC ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup run test lint floor docs clean
+ifeq ($(origin TORCH_BUILD),undefined)
+TORCH_BUILD := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),cuda,cpu)
+endif
+ifneq ($(filter-out cpu cuda,$(TORCH_BUILD)),)
+$(error TORCH_BUILD=$(TORCH_BUILD): use cpu or cuda)
+endif
 
-$(BIN)/rffm: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+# Whether the CPU wheel index answers (HEAD of its torch page) within 5 s; never waits longer, offline or not.
+cpu_index_reachable = $(shell $(PYTHON) -c 'import sys, threading, urllib.request as u; ok = []; \
+  t = threading.Thread(target=lambda: ok.append(u.urlopen(u.Request(sys.argv[1], method="HEAD"), timeout=4).status), daemon=True); \
+  t.start(); t.join(5); print("yes" if ok else "")' '$(TORCH_CPU_INDEX)/torch/' 2>/dev/null)
+torch_spec_cpu = torch==$(TORCH_VERSION)$(if $(cpu_index_reachable), --index-url $(TORCH_CPU_INDEX))
+torch_spec_cuda = torch==$(TORCH_VERSION)
+
+# The pip arguments that install torch (computed once, and only when a target needs them).
+TORCH_SPEC_ORIGIN := $(origin TORCH_SPEC)
+ifeq ($(TORCH_SPEC_ORIGIN),undefined)
+TORCH_SPEC = $(eval TORCH_SPEC := $(torch_spec_$(TORCH_BUILD)))$(TORCH_SPEC)
+endif
+TORCH_CHOICE = $(TORCH_BUILD): $(TORCH_SPEC)
+TORCH_STAMP = $(eval TORCH_STAMP := $(VENV)/torch-$(shell printf '%s' '$(TORCH_CHOICE)' | cksum | cut -d' ' -f1).stamp)$(TORCH_STAMP)
+
+DEVICE ?= $(if $(filter cuda,$(TORCH_BUILD)),cuda)
+RUN_CONFIG = $(if $(DEVICE),--config device=$(DEVICE))
+
+# After installing: name the build; a computed cuda choice that pip resolved to a CPU build is an error.
+define torch_check
+import sys, torch
+wanted, computed = sys.argv[1], sys.argv[2] == "undefined"
+cuda = torch.version.cuda
+print(f"torch {torch.__version__} installed: {'CUDA ' + cuda if cuda else 'CPU'} build")
+if wanted == "cuda" and not cuda:
+    message = ("an NVIDIA GPU is present but pip resolved torch to a CPU build (this machine's pip configuration chose it). "
+               "Fix: make setup TORCH_SPEC='torch==$(TORCH_VERSION) --index-url <a CUDA wheel index, e.g. https://download.pytorch.org/whl/cu130>' "
+               "or TORCH_BUILD=cpu to keep the CPU build.")
+    sys.exit(message) if computed else print("note:", message)
+if wanted == "cpu" and cuda:
+    print("note: a CUDA build of torch (several GB) on a machine without an NVIDIA GPU: the CPU wheel index was "
+          "not reachable, so pip took the plain pin from its configured index; it runs on the CPU all the same.")
+endef
+export torch_check
+
+.PHONY: setup run test lint floor docs clean torch-choice
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# One stamp per torch choice: a new choice has no stamp yet, so torch is reinstalled.
+$(VENV)/torch-%.stamp: | $(BIN)/python
+	rm -f $(VENV)/torch-*.stamp
+	$(BIN)/python -m pip uninstall --quiet --yes torch
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -c "$$torch_check" $(TORCH_BUILD) $(TORCH_SPEC_ORIGIN)
+	echo '$(TORCH_CHOICE)' > $@
+
+.SECONDEXPANSION:
+$(BIN)/rffm: pyproject.toml $$(TORCH_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(BIN)/rffm
 
 setup: $(BIN)/rffm
 
+# What setup installs here, without installing anything.
+torch-choice:
+	@echo 'TORCH_BUILD=$(TORCH_BUILD)'
+	@echo 'TORCH_SPEC=$(TORCH_SPEC)'
+	@echo 'TORCH_STAMP=$(TORCH_STAMP)'
+	@echo 'DEVICE=$(DEVICE)'
+
 run: setup
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES)
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(RUN_CONFIG)
 	$(BIN)/rffm verify results
 	$(BIN)/rffm status results
 
@@ -33,7 +105,7 @@ lint: setup
 
 # The default run next to the same head on a frozen, randomly initialized backbone (the floor).
 floor: setup
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml $(RUN_CONFIG)
 	$(BIN)/rffm status results --config config/config.yaml config/examples/random_floor.yaml
 
 # Regenerate config/REFERENCE.md from the config schema.

@@ -13,7 +13,8 @@ from conftest import REPO, snakemake, tiny_config, write_config
 from rffm.records.files import read_json, sha256_file
 
 PROFILE = REPO / "profiles" / "slurm"
-# Test-only overrides: no slurmdbd here, so job states come from squeue (research/slurm.md §3), polled every second.
+# Test-only overrides, polled every second. No slurmdbd here: `sacct` exits 1 ("Slurm accounting storage is disabled"),
+# and with the plugin's default sacct status command the run would hang, never learning that its jobs ended; squeue works.
 FAST_POLLING = (
     "--slurm-status-command",
     "squeue",
