@@ -90,6 +90,16 @@ def emulator():
     server.stop()
 
 
+def create_bucket(emulator: str, bucket: str) -> None:
+    """What the README's one-time setup does; the rffm-gcs storage plugin never creates buckets."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator})
+    if client.lookup_bucket(bucket) is None:
+        client.create_bucket(bucket)
+
+
 def bucket_objects(emulator: str, bucket: str) -> dict[str, object]:
     """name -> blob of every object in a bucket of the emulator."""
     from google.auth.credentials import AnonymousCredentials
@@ -168,6 +178,7 @@ FAST = ("--seconds-between-status-checks", "1", "--latency-wait", "5")
 def batch_run(repo_checkout, emulator, tmp_path_factory):
     """`snakemake --profile profiles/gcp-batch` on the tiny workflow, every job run by the fake VMs."""
     state = tmp_path_factory.mktemp("batch-state")
+    create_bucket(emulator, "rffm-e2e")
     result, report = run_fake_batch(repo_checkout, state, emulator, "--profile", "profiles/gcp-batch", *FAST, env=profile_env("rffm-e2e"))
     assert result.returncode == 0, output(result)
     return {"result": result, "report": report, "jobs": {rule_of(job): job for job in report["jobs"]}}
@@ -253,6 +264,7 @@ def test_a_finished_run_plans_nothing_although_the_cache_is_gone(batch_run, repo
 
 def test_spot_is_opt_in_and_means_spot(repo_checkout, emulator, tmp_path):
     """The real profile with spot enabled for the first step (capture: the fake stops after it)."""
+    create_bucket(emulator, "rffm-spot")
     result, report = run_fake_batch(
         repo_checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", *FAST, "--preemptible-rules", "stage_dataset",
         env={**profile_env("rffm-spot"), "FAKE_BATCH_MODE": "capture"},
