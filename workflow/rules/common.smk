@@ -320,7 +320,10 @@ def qualified_runs():
     """Runs the ledger holds an entry for (read once, by the submitting Snakemake only)."""
     if not workflow.is_main_process or workflow.remote_exec:
         return {}
-    return ledger.runs_qualified(open_store(STORE))
+    try:  # a damaged ledger entry stops the plan before any job, with the one line
+        return ledger.runs_qualified(open_store(STORE))
+    except RffmError as error:
+        raise PlanRefused(f"rffm: {error}") from None
 
 
 QUALIFIED = None
@@ -424,6 +427,7 @@ def manifest_inputs(wildcards):
         "manifest": ancient(run_file(wildcards.run, "qualification/run_manifest.json")),
         "linked": ancient(
             [
+                run_file(wildcards.run, "qualification/provenance.json"),
                 run_file(wildcards.run, "selection/sentinel.json"),
                 dataset_file(cfg["dataset"], "sentinel.json"),
                 backbone_file(cfg["backbone"], "sentinel.json"),

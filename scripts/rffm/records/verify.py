@@ -14,7 +14,7 @@ from typing import Any
 
 from rffm.data import cache
 from rffm.errors import IntegrityError
-from rffm.records import ledger, provenance
+from rffm.records import ledger, memo, provenance
 from rffm.records.files import sha256_file
 from rffm.records.layout import ARTIFACTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
@@ -36,8 +36,10 @@ def step_problems(sentinel_path: Path) -> list[str]:
     try:
         body = read_sentinel(sentinel_path)
         problems = sentinel_problems(sentinel_path) + link_problems(sentinel_path, body)
-        provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
-        return problems + stored_problems(sentinel_path, body)
+        record = provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
+        named = {problem.split(": ")[0] for problem in problems}  # every problem starts with the file it names
+        partial = [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
+        return problems + partial + stored_problems(sentinel_path, body)
     except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
         return [str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"]
 
@@ -91,16 +93,26 @@ def artifact_problems(results: Path) -> list[str]:
 
 
 def memo_problems(results: Path) -> list[str]:
-    """Memo entries whose files do not match their sentinel (such an entry is never restored, but it is damage)."""
+    """Memo entries whose sentinel, provenance, place or files are wrong (such an entry is never restored, but it is damage)."""
     problems = []
     for sentinel_path in sorted((results / "memo").glob(f"*/*/{SENTINEL_NAME}")):
         try:
-            body = unseal(sentinel_path, sentinel_path.read_bytes(), "memo sentinel")
+            data = sentinel_path.read_bytes()
+            body = unseal(sentinel_path, data, "memo sentinel")
+            provenance.check(sentinel_path.parent / PROVENANCE_NAME, _read(sentinel_path.parent / PROVENANCE_NAME), data)
+            if memo.folder_of(body) != sentinel_path.parent.relative_to(results).as_posix():
+                problems.append(f"{sentinel_path}: memo sentinel of another entry (moved or copied here); it is never restored")
+                continue
             records = body.get("outputs", {})
             problems += [p for name, record in records.items() if (p := check_record(sentinel_path.parent / name, record))]
-        except (IntegrityError, TypeError, KeyError) as error:
+        except (IntegrityError, TypeError, KeyError, AttributeError) as error:
             problems.append(str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: malformed ({error})")
     return problems
+
+
+def _read(path: Path) -> bytes | None:
+    """A file's bytes, None when it is missing."""
+    return path.read_bytes() if path.exists() else None
 
 
 def launch_problems(results: Path) -> list[str]:
