@@ -51,9 +51,7 @@ def cache_build(dataset_dir: Path, backbone_dir: Path, record_dir: Path, scratch
     return build_cache.run(dataset_dir, backbone_dir, record_dir, scratch, **cache_options(**options))
 
 
-def train_one_epoch(
-    spec: dict, record_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, scratch: Path, **options
-) -> Path:
+def train_one_epoch(spec: dict, record_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, scratch: Path, **options) -> Path:
     """train_epoch as the rule runs it (cache options from the schema's defaults)."""
     options.setdefault("cache_options", cache_options())
     return train_epoch.run(entry_defaults("runs", spec), record_dir, number, previous_dir, out_dir, scratch=scratch, **options)
