@@ -91,7 +91,7 @@ def emulator():
 
 
 def create_bucket(emulator: str, bucket: str) -> None:
-    """What the README's one-time setup does; the rffm-gcs storage plugin never creates buckets."""
+    """What the one-time setup in profiles/README.md does; the rffm-gcs storage plugin never creates buckets."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -161,7 +161,7 @@ def repo_checkout(tmp_path_factory) -> Path:
 
 
 def profile_env(bucket: str, image: str = IMAGE) -> dict:
-    """The environment profiles/gcp-batch/config.yaml reads (README, Google Cloud)."""
+    """The environment profiles/gcp-batch/config.yaml reads (profiles/README.md, Google Cloud)."""
     return {
         "RFFM_GCP_PROJECT": PROJECT,
         "RFFM_GCS_BUCKET": bucket,
