@@ -30,7 +30,8 @@ def first_qualification(workdir: Path) -> None:
         shutil.rmtree(workdir / folder)
 
 
-def first_selection(workdir: Path) -> None:
+def first_selection(workdir: Path) -> None:  # a qualified run is frozen at planning: it was never qualified either
+    first_qualification(workdir)
     shutil.rmtree(workdir / f"{RUN}/selection")
     shutil.rmtree(workdir / "results/artifacts")
 
