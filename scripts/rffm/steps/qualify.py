@@ -16,7 +16,7 @@ from rffm.model import backbone
 from rffm.model.head import AttentionPoolHead, HeadConfig
 from rffm.model.metrics import summarize
 from rffm.records import launch, ledger, manifest
-from rffm.records.files import atomic_write_json, sha256_bytes
+from rffm.records.files import atomic_write_json, remove_dead_temporaries, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest, require_intact, unseal
 from rffm.records.step import Step
@@ -159,6 +159,8 @@ def run(
         if blob["backbone_fingerprint"] != weights["backbone"]["fingerprint"]:
             raise IntegrityError(f"{results.where(chosen['artifact']['key'])} was trained on another backbone than {backbone_dir}")
         key = ledger.entry_key(split, run_name)
+        if (local := results.local_path(key)) is not None:  # a claim killed before it was in place left a temporary
+            remove_dead_temporaries(local)
         check_recorded_entry(results, key, recorded, record_path)
         entry = ledger.read(results, key)
         if entry is not None:
