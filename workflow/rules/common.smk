@@ -338,6 +338,23 @@ def refuse_changed_qualified_run(run):
     problem = ledger.frozen_run_problem(QUALIFIED.get(run, []), selection_source(run))
     if problem:
         raise PlanRefused(f"rffm: {problem}")
+    if workflow.is_main_process and not workflow.remote_exec:
+        refuse_changed_ledger_entry(run)
+
+
+def refuse_changed_ledger_entry(run):
+    """Stop while the plan is built (before Snakemake deletes a forced qualify's outputs, which record the
+    entry) when the run's ledger entry is not the one its qualification recorded: deleted, edited, put back.
+    """
+    store = open_store(STORE)
+    folder = f"runs/{run}/qualification"
+    recorded, name = ledger.recorded_link(lambda file: store.read(f"{folder}/{file}"))
+    if recorded is not None:
+        where = f"{store.where(folder)}/{name}"
+        if problem := ledger.recorded_entry_problem(
+            store, recorded["key"], recorded, where
+        ):
+            raise PlanRefused(f"rffm: {problem}")
 
 
 def qualify_inputs(wildcards):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from rffm.model.metrics import summarize
 from rffm.records import launch, ledger, manifest
 from rffm.records.files import atomic_write_json, remove_dead_temporaries, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, split_file
-from rffm.records.sentinel import json_record, record_digest, require_intact, unseal
+from rffm.records.sentinel import json_record, record_digest, require_intact
 from rffm.records.step import Step
 from rffm.records.store import Store, open_store
 from rffm.report import qualification as plots
@@ -89,40 +88,6 @@ def predict(
     return predictions, stats
 
 
-def recorded_ledger_link(out_dir: Path) -> tuple[dict[str, str] | None, Path | None]:
-    """The ledger entry (key, sha256) an earlier qualification in out_dir recorded, and the file that records it.
-
-    Its sentinel when that is intact, else its manifest (kept while a rerun is under way); None when
-    neither holds one. Read before the step starts, since starting removes the old sentinel.
-    """
-    for name, where in ((SENTINEL_NAME, ("ledger_entry",)), ("run_manifest.json", ("qualification", "ledger_entry"))):
-        path = Path(out_dir) / name
-        try:
-            body = unseal(path, path.read_bytes(), "sentinel") if name == SENTINEL_NAME else json.loads(path.read_bytes())
-            for key in where:
-                body = body[key]
-            if isinstance(body.get("key"), str) and isinstance(body.get("sha256"), str):
-                return {"key": body["key"], "sha256": body["sha256"]}, path
-        except (OSError, ValueError, IntegrityError, KeyError, TypeError, AttributeError):
-            continue
-    return None, None
-
-
-def check_recorded_entry(results: Store, key: str, recorded: dict[str, str] | None, record_path: Path | None) -> None:
-    """Refuse when the run's ledger entry is not the one its earlier qualification recorded (edited, deleted or put back)."""
-    if recorded is None or recorded["key"] != key:
-        return
-    digest = ledger.entry_digest(results, key)
-    if digest == recorded["sha256"]:
-        return
-    what = "is missing (deleted?)" if digest is None else "differs from the one recorded (edited or put back?)"
-    raise IntegrityError(
-        f"{RULE} refuses to start: {results.where(key)}: the ledger entry of this run {what}; {record_path} records "
-        f"sha256 {recorded['sha256'][:16]}…. The ledger is the only record of the run's test exposure. "
-        "Fix: restore the entry from a backup (rffm verify names what else differs)."
-    )
-
-
 def run(
     spec: dict[str, Any],
     selection_dir: str | Path,
@@ -146,7 +111,10 @@ def run(
     """
     selection_dir, dataset_dir, backbone_dir = map(Path, (selection_dir, dataset_dir, backbone_dir))
     run_name = spec["run"]
-    recorded, record_path = recorded_ledger_link(Path(out_dir))
+    # what an earlier qualification recorded of its ledger entry (read first: starting removes the old sentinel)
+    recorded, recorded_in = ledger.recorded_link(
+        lambda name: (Path(out_dir) / name).read_bytes() if (Path(out_dir) / name).exists() else None
+    )
     with Step(RULE, out_dir, key={"run": run_name}, params=spec) as step:
         out_dir = step.out_dir
         results = open_store(store or out_dir.parents[2])
@@ -161,7 +129,8 @@ def run(
         key = ledger.entry_key(split, run_name)
         if (local := results.local_path(key)) is not None:  # a claim killed before it was in place left a temporary
             remove_dead_temporaries(local)
-        check_recorded_entry(results, key, recorded, record_path)
+        if problem := ledger.recorded_entry_problem(results, key, recorded, f"{out_dir}/{recorded_in}"):
+            raise IntegrityError(f"{RULE} refuses to start: {problem}")
         entry = ledger.read(results, key)
         if entry is not None:
             ledger.refuse_other_artifact(entry, selection["artifact_sha256"], results.where(key))
