@@ -214,6 +214,15 @@ def unlock(args: argparse.Namespace) -> int:
     return 0
 
 
+def install_profiles(args: argparse.Namespace) -> int:
+    from rffm.ops.profiles import CHECKOUT
+    from rffm.ops.profiles import install_profiles as install
+
+    for line in install(args.checkout or CHECKOUT):
+        print(line)
+    return 0
+
+
 def posttrain(args: argparse.Namespace) -> int:
     from rffm.ops.posttrain import posttrain as run
 
@@ -368,6 +377,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
     sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one).")
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
+    text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
+    sub = verb(install_profiles, text)
+    sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
     sub = verb(
         posttrain,
         "Run the whole workflow in this process (Snakemake API, local executor), for single-job launchers "
