@@ -17,14 +17,19 @@ The fake stands where the Batch API and its VMs stand:
 - a task whose attempt ends with a non-zero exit code is retried as Batch retries it: on a new VM (a
   fresh sandbox, BATCH_TASK_RETRY_ATTEMPT counting up) while max_retry_count allows, unless a
   FAIL_TASK lifecycle policy names the exit code; the job stays RUNNING meanwhile;
-- FAKE_BATCH_PREEMPT = [{"job": <regex on the job id>, "object": "<bucket>/<object name>"}] preempts
-  the first attempt of the first matching job once that object exists in the bucket: every process of
-  the VM is killed and the attempt ends with Batch's preemption exit code 50001;
+- FAKE_BATCH_PREEMPT = [{"job": <regex on the job id>, "bucket": <name>, "object": <regex on object
+  names>, "json": <optional: fields the object's JSON content must have>}] preempts the first attempt
+  of the first matching job once such an object exists in the bucket: every process of the VM is
+  killed and the attempt ends with Batch's preemption exit code 50001;
 - in capture mode only the host-side scripts run and every job reports FAILED (the run stops after
   the first wave, having recorded what it submitted);
 - FAKE_BATCH_FAULTS = {"get_job": ["ServiceUnavailable", ...], "create_job": [...]} makes the next
   calls raise those google.api_core exceptions, in order;
-- FAKE_BATCH_PYPI=offline: `pip` and `python3 -m pip` fail on the VM (no PyPI egress).
+- FAKE_BATCH_PYPI=offline: `pip` and `python3 -m pip` fail on the VM (no PyPI egress);
+- the fake VMs have no GPU. By default the CPU stands in for a job's accelerators as the local
+  virtualenv stands in for the image: the container does not get RFFM_GPUS_REQUESTED (the request,
+  which the report keeps, still carries it). FAKE_BATCH_GPUS=invisible passes it on: a VM whose
+  GPU the container cannot see (no driver, not passed through), where GPU steps must refuse to run.
 At exit STATE_DIR/jobs.json holds every request (CreateJobRequest.to_dict), final state, whether it
 was deleted or still running (then it is killed), where its (last) sandbox is, each attempt (sandbox,
 exit code, preempted) and the job's status events.
@@ -72,6 +77,7 @@ class FakeBatch:
         self.faults = json.loads(os.environ.get("FAKE_BATCH_FAULTS", "{}"))
         self.pypi_online = os.environ.get("FAKE_BATCH_PYPI", "online") != "offline"
         self.preemptions = json.loads(os.environ.get("FAKE_BATCH_PREEMPT", "[]"))
+        self.gpus_visible_as_cpu = os.environ.get("FAKE_BATCH_GPUS", "stand-in") != "invisible"
         self.jobs: dict[str, dict] = {}
         self.rejected: list[dict] = []
         self.fault_log: list[str] = []
@@ -247,7 +253,10 @@ def container_lines(runnable, host_path) -> list[str]:
             if not target.startswith(workdir + "/"):
                 raise ValueError(f"fake Batch cannot simulate a mount outside {workdir}: {target}")
             lines.append(f"mkdir -p $(dirname {host_path(target)}) && ln -s {host_path(source)} {host_path(target)}")
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in runnable.environment.variables.items())
+    variables = dict(runnable.environment.variables)
+    if STATE.gpus_visible_as_cpu:
+        variables.pop("RFFM_GPUS_REQUESTED", None)
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
     command = " ".join([container.entrypoint, *(c.replace(workdir, host_path(workdir)) for c in container.commands)])
     lines.append(f"cd {host_path(workdir)} && env {env} {command}")
     return lines
@@ -327,8 +336,29 @@ def refresh(entry: dict) -> None:
         event(entry, "Job state is set from RUNNING to FAILED")
 
 
+def has_fields(value, expected) -> bool:
+    """Whether a JSON value holds every field of `expected` (recursively; other fields may differ)."""
+    if isinstance(expected, dict):
+        return isinstance(value, dict) and all(k in value and has_fields(value[k], v) for k, v in expected.items())
+    return value == expected
+
+
+def appeared(client, rule: dict) -> bool:
+    """Whether the bucket holds an object the preemption rule waits for."""
+    for blob in client.list_blobs(rule["bucket"]):
+        if re.fullmatch(rule["object"], blob.name):
+            if "json" not in rule:
+                return True
+            try:
+                if has_fields(json.loads(blob.download_as_bytes()), rule["json"]):
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 def watch_preemptions() -> None:
-    """Preempt each configured job's first attempt once its object exists in the bucket (thread)."""
+    """Preempt each configured job's first attempt once its object is in the bucket (a thread)."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -337,22 +367,19 @@ def watch_preemptions() -> None:
     pending = list(STATE.preemptions)
     while pending:
         for rule in list(pending):
-            bucket, _, name = rule["object"].removeprefix("gs://").partition("/")
             with STATE.lock:
                 targets = [e for e in STATE.jobs.values() if re.search(rule["job"], e["request"].job_id)]
             target = targets[0] if targets else None
-            if target is None or target["state"] != "RUNNING" or len(target["attempts"]) != 1:
-                continue
-            if client.bucket(bucket).get_blob(name) is None:
+            if target is None or target["state"] != "RUNNING" or len(target["attempts"]) != 1 or not appeared(client, rule):
                 continue
             with STATE.lock:
                 if target["proc"].poll() is None:
                     target["attempts"][-1]["preempted"] = True
                     os.killpg(target["proc"].pid, signal.SIGKILL)
                     target["proc"].wait()
-                    event(target, f"Task 0 attempt 0: the VM was preempted ({rule['object']} had appeared)")
+                    event(target, f"Task 0 attempt 0: the VM was preempted (an object matching {rule['object']} had appeared)")
             pending.remove(rule)
-        time.sleep(0.25)
+        time.sleep(0.2)
 
 
 def stop_vm(entry: dict) -> None:
