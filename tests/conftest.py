@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,9 +51,7 @@ def cache_build(dataset_dir: Path, backbone_dir: Path, record_dir: Path, scratch
     return build_cache.run(dataset_dir, backbone_dir, record_dir, scratch, **cache_options(**options))
 
 
-def train_one_epoch(
-    spec: dict, record_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, scratch: Path, **options
-) -> Path:
+def train_one_epoch(spec: dict, record_dir: Path, number: int, previous_dir: Path | None, out_dir: Path, scratch: Path, **options) -> Path:
     """train_epoch as the rule runs it (cache options from the schema's defaults)."""
     options.setdefault("cache_options", cache_options())
     return train_epoch.run(entry_defaults("runs", spec), record_dir, number, previous_dir, out_dir, scratch=scratch, **options)
@@ -163,3 +162,32 @@ def sigkill_once_started(command: list[str], cwd: Path, env: dict[str, str], mar
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+# The traces a profiled run publishes (tests/tiny.yaml profiles 2 batches): the cache build, epochs 1 and 2.
+PROFILED_TRACES = [
+    "cache_build.trace.json",
+    "epoch1_train.trace.json",
+    "epoch1_val.trace.json",
+    "epoch2_train.trace.json",
+    "epoch2_val.trace.json",
+]
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory nobody here can write in: chmod for a normal user; root ignores modes, so a read-only mount."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    if os.geteuid() != 0:
+        target.chmod(0o555)
+        yield target
+        target.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(target)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=True)

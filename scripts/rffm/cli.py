@@ -65,41 +65,28 @@ def import_backbone(args: argparse.Namespace) -> None:
     import_backbone.run(args.spec, args.out_dir)
 
 
+def _cache_options(args: argparse.Namespace) -> dict:
+    """How a cache is built where it is missing (build_cache, or an epoch on a fresh node)."""
+    return {"batch_size": args.batch_size, "disk_headroom": args.disk_headroom, "batch_profile": args.batch_profile}
+
+
 def build_cache(args: argparse.Namespace) -> None:
     device = _torch(args)
     from rffm.steps import build_cache
 
-    build_cache.run(
-        args.dataset_dir,
-        args.backbone_dir,
-        args.out_dir,
-        args.scratch,
-        batch_size=args.batch_size,
-        disk_headroom=args.disk_headroom,
-        batch_profile=args.batch_profile,
-        device=device,
-        store=args.store,
-        profile_runs=args.profile_runs or [],
-        profile_batches=args.profile_batches,
-    )
+    inputs = (args.dataset_dir, args.backbone_dir, args.out_dir, args.scratch)
+    profiling = {"profile_runs": args.profile_runs or [], "profile_batches": args.profile_batches}
+    build_cache.run(*inputs, **_cache_options(args), device=device, store=args.store, **profiling)
 
 
 def train_epoch(args: argparse.Namespace) -> None:
     device = _torch(args)
     from rffm.steps import train_epoch
 
+    inputs = (args.spec, args.cache_record_dir, args.epoch, args.previous_dir, args.out_dir)
+    memo = {"store": args.store, "memo_store": args.memo_store or None}
     train_epoch.run(
-        args.spec,
-        args.cache_record_dir,
-        args.epoch,
-        args.previous_dir,
-        args.out_dir,
-        scratch=args.scratch,
-        cache_options={"batch_size": args.batch_size, "disk_headroom": args.disk_headroom, "batch_profile": args.batch_profile},
-        device=device,
-        store=args.store,
-        memo_store=args.memo_store or None,
-        profile_batches=args.profile_batches,
+        *inputs, scratch=args.scratch, cache_options=_cache_options(args), device=device, **memo, profile_batches=args.profile_batches
     )
 
 

@@ -1,5 +1,5 @@
 """The upstream Google Batch executor (snakemake-executor-plugin-googlebatch 0.5.1), overridden where it
-is wrong for rffm (README.md, "Google Cloud"; each fix has a test in tests/test_googlebatch.py):
+is wrong for rffm (profiles/README.md, "Google Cloud"; each fix has a test in tests/executors/test_googlebatch.py):
 
 - the worker's exit status is the workflow's: no trailing `pip install` lines, nothing pip-installed;
 - transient API errors while polling (503, DeadlineExceeded, ...) are retried with backoff and never
@@ -73,7 +73,7 @@ def require_pinned_image(image: str | None, where: str) -> str:
         "the jobs of one run could pull different software and the run would not be reproducible. "
         f"Fix: use {repository}@sha256:<digest> (profiles/gcp-batch: RFFM_WORKER_IMAGE); get the digest after pushing with "
         f"`gcloud artifacts docker images describe {image or repository} --format='value(image_summary.digest)'` "
-        "(README, Google Cloud). Nothing was submitted."
+        "(profiles/README.md, Google Cloud). Nothing was submitted."
     )
 
 
@@ -174,7 +174,7 @@ class Executor(GoogleBatchExecutor):
             raise WorkflowError(
                 "rffm-googlebatch: environment variable "
                 + "; ".join(unset)
-                + ". Fix: export it (README, Google Cloud); nothing was submitted."
+                + ". Fix: export it (profiles/README.md, Google Cloud); nothing was submitted."
             )
         family = self.executor_settings.image_family or ""
         if "batch-cos" not in family:

@@ -111,7 +111,7 @@ def missing_bucket(bucket: str) -> WorkflowError:
         f"{PLUGIN}: bucket gs://{bucket} does not exist; rffm never creates buckets, so a typo in "
         "default-storage-prefix cannot start a new one. Fix: correct the prefix, or create the bucket once: "
         f"`gcloud storage buckets create gs://{bucket} --project PROJECT --location REGION --uniform-bucket-level-access` "
-        "(README, Google Cloud)."
+        "(profiles/README.md, Google Cloud)."
     )
 
 
@@ -126,7 +126,7 @@ class StorageProvider(UpstreamStorageProvider):
         if variable:
             raise WorkflowError(
                 f"{PLUGIN}: environment variable {variable} is not set (storage-rffm-gcs-project: {self.settings.project}). "
-                "Fix: export it (README, Google Cloud)."
+                "Fix: export it (profiles/README.md, Google Cloud)."
             )
         self.checked_buckets: set[str] = set()
         try:
@@ -144,7 +144,7 @@ class StorageProvider(UpstreamStorageProvider):
         bucket = urlparse(query).netloc
         variable = unset_variable(query)
         if variable:
-            reason = f"environment variable {variable} is not set (it names the bucket). Fix: export it (README, Google Cloud)"
+            reason = f"environment variable {variable} is not set (it names the bucket). Fix: export it (profiles/README.md, Google Cloud)"
         elif not BUCKET_NAME.fullmatch(bucket):
             reason = f"{bucket!r} is not a valid bucket name (lower-case letters, digits, '-', '_', '.'; 3 to 63 characters, 222 with dots)"
         else:

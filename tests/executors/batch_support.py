@@ -45,7 +45,7 @@ def gcs_emulator() -> Iterator[str]:
 
 
 def create_bucket(emulator: str, bucket: str) -> None:
-    """What the README's one-time setup does; the rffm-gcs storage plugin never creates buckets."""
+    """What the one-time setup in profiles/README.md does; the rffm-gcs storage plugin never creates buckets."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -115,7 +115,7 @@ def write_checkout_config(checkout: Path, config: dict) -> None:
 
 
 def profile_env(bucket: str, image: str = IMAGE) -> dict:
-    """The environment profiles/gcp-batch/config.yaml reads (README, Google Cloud)."""
+    """The environment profiles/gcp-batch/config.yaml reads (profiles/README.md, Google Cloud)."""
     return {
         "RFFM_GCP_PROJECT": PROJECT,
         "RFFM_GCS_BUCKET": bucket,

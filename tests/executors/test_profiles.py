@@ -44,7 +44,7 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comple
 
 
 def gcp_env(home: Path, emulator: str, bucket: str) -> dict[str, str]:
-    """What the README's Google Cloud setup leaves: the profile's variables, credentials (here: the emulator), a bucket."""
+    """What the Google Cloud setup in profiles/README.md leaves: the profile's variables, credentials (here: the emulator), a bucket."""
     create_bucket(emulator, bucket)
     return user_env(home, STORAGE_EMULATOR_HOST=emulator, **profile_env(bucket))
 

@@ -1,4 +1,4 @@
-"""Smoke test of `rffm bench staging` on a tiny size (the benchmark itself is run by hand, see README)."""
+"""Smoke test of `rffm bench staging` on a tiny size (the benchmark itself is run by hand, see workflow/docs/performance.md)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -475,25 +474,6 @@ def test_a_cuda_device_torch_cannot_see_is_refused(here: Path):
     found = config.problems({**tiny_config(), "device": wanted}, runs_here=True, local_files=True)
     assert len(found) == 1 and found[0].startswith(f"device: {wanted!r} but torch sees")
     assert config.problems({**tiny_config(), "device": "auto"}, runs_here=True, local_files=True) == []
-
-
-@pytest.fixture
-def read_only_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory nobody here can write in: chmod for a normal user; root ignores modes, so a read-only mount."""
-    target = tmp_path / "ro"
-    target.mkdir()
-    if os.geteuid() != 0:
-        target.chmod(0o555)
-        yield target
-        target.chmod(0o755)
-        return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(target)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"root cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", str(target)], check=True)
 
 
 def test_an_unwritable_results_dir_is_refused_without_creating_it(read_only_dir: Path):

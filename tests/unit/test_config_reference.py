@@ -1,4 +1,4 @@
-"""The README's configuration reference is generated from the schema and kept up to date."""
+"""config/REFERENCE.md is generated from the schema and kept up to date."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_every_schema_key_is_in_the_reference():
     assert len(described) <= 3, f"keys without a description: {described}"
 
 
-def test_readme_reference_is_up_to_date(capsys):
+def test_config_reference_is_up_to_date(capsys):
     code = main(["config_reference", "--check", str(REPO / "config/REFERENCE.md")])
     assert code == 0, capsys.readouterr().out + " (run `make docs`)"
 

@@ -51,7 +51,7 @@ def fake_nvidia_smi(directory: Path, gpu: bool) -> Path:
     if gpu:
         script.write_text('#!/bin/sh\necho "GPU 0: NVIDIA L4 (UUID: GPU-00000000-0000-0000-0000-000000000000)"\n')
     else:
-        script.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n")
+        script.write_text('#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\nexit 9\n')
     script.chmod(0o755)
     return directory
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -147,30 +147,11 @@ def test_a_real_run_refuses_before_any_job(tmp_path: Path, text: Callable[[Path]
     refused(workdir, expected)
 
 
-@pytest.fixture
-def read_only_results(tmp_path: Path) -> Iterator[Path]:
-    """A read-only filesystem (tmpfs mounted ro): unwritable even for root, which ignores mode bits."""
-    target = tmp_path / "ro"
-    target.mkdir()
-    if os.geteuid() != 0:
-        target.chmod(0o555)
-        yield target
-        target.chmod(0o755)
-        return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(target)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"root cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", str(target)], check=True)
-
-
-def test_an_unwritable_results_dir_is_refused(tmp_path: Path, read_only_results: Path):
+def test_an_unwritable_results_dir_is_refused(tmp_path: Path, read_only_dir: Path):
     workdir = tmp_path / "work"
     workdir.mkdir()
-    (workdir / "config.yaml").write_text(changed(lambda c: c.update(results=str(read_only_results / "results")))(workdir))
-    expected = f"results: {read_only_results} is not writable, so {read_only_results}/results cannot be created. "
+    (workdir / "config.yaml").write_text(changed(lambda c: c.update(results=str(read_only_dir / "results")))(workdir))
+    expected = f"results: {read_only_dir} is not writable, so {read_only_dir}/results cannot be created. "
     refused(workdir, expected + "Fix: set results to a directory you can write")
 
 

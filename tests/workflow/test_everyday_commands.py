@@ -38,21 +38,24 @@ def test_status_piped_into_head_ends_quietly(workdir: Path):
     assert piped.stderr == "", piped.stderr
 
 
-def changed_outputs(workdir: Path) -> set[str]:
-    """Outputs that `snakemake --summary` reports with status 'params changed'."""
-    lines = snakemake(workdir, "--summary").stdout.splitlines()
+def changed_outputs(workdir: Path, *targets: str) -> set[str]:
+    """Outputs that `snakemake --summary [targets]` reports with status 'params changed'."""
+    lines = snakemake(workdir, "--summary", *targets).stdout.splitlines()
     header = lines.index(next(line for line in lines if line.startswith("output_file\t")))
     rows = [line.split("\t") for line in lines[header + 1 :] if "\t" in line]
     return {row[0] for row in rows if row[-2] == "params changed"}
 
 
 def test_summary_names_exactly_the_outputs_whose_params_changed(workdir: Path):
-    """What the README can recommend instead of `--list-changes params` (see the next test)."""
+    """What the README can recommend instead of `--list-changes params` (see the next test). The run is
+    qualified, so a changed lr is looked at through the experiment target: the default target refuses it."""
     assert changed_outputs(workdir) == set()
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     config["runs"]["base"]["train"]["lr"] *= 2
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    changed = changed_outputs(workdir)
+    refused = snakemake(workdir, "--summary", check=False)
+    assert refused.returncode != 0 and "runs.base was qualified" in refused.stderr + refused.stdout
+    changed = changed_outputs(workdir, "validation_selection")
     assert "results/runs/base/epochs/1/sentinel.json" in changed
     assert not {path for path in changed if path.startswith(("results/datasets/", "results/backbones/"))}, changed
 

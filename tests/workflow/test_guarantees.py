@@ -49,14 +49,16 @@ def test_qualifying_again_recalls_the_recorded_result_without_touching_test_data
     assert {p: p.read_bytes() for p in (workdir / "results/ledger").rglob("*.json")} == ledger
 
 
-def test_a_diverged_run_stops_before_selection_and_never_spends_its_exposure(fresh_workdir: Path):
+def test_an_infinite_lr_stops_before_any_job_and_never_spends_the_exposure(fresh_workdir: Path):
+    """`lr: .inf` never trains (a run that diverges from a finite lr stops in train_epoch itself:
+    tests/unit/test_train_epoch.py::test_a_diverged_epoch_stops_and_leaves_no_sentinel)."""
     config = tiny_config()
-    config["runs"]["base"]["train"].update(lr=1e30, warmup_steps=0)
+    config["runs"]["base"]["train"].update(lr=float("inf"), warmup_steps=0)
     write_config(fresh_workdir, config)
     result = snakemake(fresh_workdir, check=False)
     assert result.returncode != 0
-    assert "diverged" in (fresh_workdir / "results/logs/train_epoch/base/1.log").read_text()
-    assert not (fresh_workdir / RUN / "selection").exists() and not (fresh_workdir / "results/ledger").exists()
+    assert "runs.base.train.lr: .inf is not a finite number" in result.stdout + result.stderr
+    assert not (fresh_workdir / "results").exists()
 
 
 def test_manifest_reports_the_exposure_count_across_runs(workdir: Path):

@@ -8,9 +8,11 @@ import re
 import zipfile
 from pathlib import Path
 
+import jinja2
 import pytest
 
-from conftest import snakemake
+from conftest import snakemake, tiny_config
+from rffm import config as rffm_config
 from rffm.errors import DataError
 from rffm.records.files import read_json
 from rffm.records.sentinel import read_sentinel
@@ -120,3 +122,14 @@ def test_snakemake_report_contains_every_figure_of_the_run(workdir: Path, tmp_pa
         embedded = re.search(rf"filename={re.escape(name)};base64,([A-Za-z0-9+/=]+)", page)
         assert embedded, f"{name} not embedded in report.html"
         assert base64.b64decode(embedded.group(1)) == (workdir / RUN / figure).read_bytes(), name
+
+
+def test_workflow_description_names_each_runs_selection_rule_as_the_config_fills_it():
+    """`metric: val_loss` without a mode is minimised: the report says so (the schema fills the mode in)."""
+    config = tiny_config()
+    config["runs"]["loss"] = {**config["runs"]["base"], "selection": {"metric": "val_loss"}}
+    rffm_config.check(config)
+    template = (Path(__file__).parents[2] / "workflow" / "report" / "workflow.rst").read_text()
+    page = jinja2.Template(template).render(snakemake=type("S", (), {"config": config}))
+    assert "selection by max ``val_accuracy``" in page
+    assert "selection by min ``val_loss``" in page

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, SNAKEFILE, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
+from conftest import BIN, PROFILED_TRACES, SNAKEFILE, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -123,13 +123,7 @@ def test_profiling_run_writes_traces_and_the_lifecycle_summary(finished_workdir:
 
     profiling = finished_workdir / "results/runs/base/profiling"
     traces = sorted(p.name for p in profiling.glob("*.trace.json"))
-    assert traces == [
-        "cache_build.trace.json",
-        "epoch1_train.trace.json",
-        "epoch1_val.trace.json",
-        "epoch2_train.trace.json",
-        "epoch2_val.trace.json",
-    ]
+    assert traces == PROFILED_TRACES
     summary = json.loads((profiling / "cache_lifecycle_summary.json").read_text())
     assert summary["run"] == "base" and summary["traces"] == traces
     assert {"cache_build.backbone", "cache_build.memmap_assign", "epoch1.prefetch_wait", "epoch2.memmap_read"} <= set(summary["phases"])

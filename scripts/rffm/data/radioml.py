@@ -1,4 +1,4 @@
-"""RadioML sources: the RML2016.10a/10b pickle and the RML2018.01A HDF5 (layouts in README "Bring your own data").
+"""RadioML sources: the RML2016.10a/10b pickle and the RML2018.01A HDF5 (layouts in config/README.md, "Bring your own data").
 
 RML2016: a Python-2 pickle of a dict {(modulation, snr_db): float32 [n, 2, 128]}, read with latin1 strings.
 A pickle cannot be read by key, so it is unpickled once with every array spilled to an anonymous
@@ -170,8 +170,7 @@ class Rml2018Source:
 
     def __init__(self, spec: dict[str, Any], scratch: Path):
         self.spec = spec
-        self.path = source_path(spec, "radioml2018")
-        self.handle = open_hdf5(self.path)
+        self.path, self.handle = open_hdf5(spec, "radioml2018")
         x, y, z = (require_dataset(self.handle, self.path, name, self.FIX) for name in ("X", "Y", "Z"))
         if x.ndim != 3 or x.shape[2] != 2 or x.dtype != np.float32:
             hint = " (this looks like the canonical [N, 2, L] layout: use source: hdf5)" if x.ndim == 3 and x.shape[1] == 2 else ""

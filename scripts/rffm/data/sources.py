@@ -165,10 +165,11 @@ class RowReader:
             self.fd = None
 
 
-def open_hdf5(path: Path) -> h5py.File:
-    """Open an HDF5 file read-only with a clear error when it is not one."""
+def open_hdf5(spec: dict[str, Any], block: str) -> tuple[Path, h5py.File]:
+    """The HDF5 file a source block names, opened read-only, with a clear error when it is missing or not HDF5."""
+    path = source_path(spec, block)
     try:
-        return h5py.File(path, "r")
+        return path, h5py.File(path, "r")
     except OSError as exc:
         raise DataError(f"{path}: not a readable HDF5 file ({exc}). Fix: check the path and that the file is complete.") from None
 
@@ -259,8 +260,7 @@ class Hdf5Source:
 
     def __init__(self, spec: dict[str, Any], scratch: Path):
         self.spec = spec
-        self.path = source_path(spec, "hdf5")
-        self.handle = open_hdf5(self.path)
+        self.path, self.handle = open_hdf5(spec, "hdf5")
         iq = require_dataset(self.handle, self.path, "iq", self.FIX)
         label = require_dataset(self.handle, self.path, "label", self.FIX)
         if iq.ndim != 3 or iq.shape[1] != 2 or iq.dtype != np.float32:

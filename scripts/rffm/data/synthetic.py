@@ -4,7 +4,7 @@ Each example is an independent burst: random symbols or a random band-limited me
 modulated at `sps` samples/symbol, then passed through a channel in RadioML's order:
 sample-rate offset and fractional timing -> carrier frequency and phase offset -> static
 Rician multipath -> AWGN at a per-sample SNR (signal power over the full band, so the in-band
-SNR of the linear modulations is ~7 dB higher) -> unit RMS. See README "Synthetic data".
+SNR of the linear modulations is ~7 dB higher) -> unit RMS. See config/README.md, "Synthetic data".
 """
 
 from __future__ import annotations

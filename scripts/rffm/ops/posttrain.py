@@ -58,9 +58,7 @@ def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], over
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
-    config_settings = ConfigSettings(
-        configfiles=[Path(c).resolve() for c in configs], config=overrides, replace_workflow_config=True
-    )
+    config_settings = ConfigSettings(configfiles=[Path(c).resolve() for c in configs], config=overrides, replace_workflow_config=True)
     with SnakemakeApi(OutputSettings(printshellcmds=True, show_failed_logs=True)) as api:
         workflow_api = api.workflow(
             resource_settings=ResourceSettings(cores=cores), config_settings=config_settings, snakefile=snakefile, workdir=workdir

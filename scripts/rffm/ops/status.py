@@ -99,9 +99,7 @@ def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: b
     return "trained" if planned is not None else "training"
 
 
-def run_status(
-    run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False, planned: set[str] | None = None
-) -> dict[str, Any]:
+def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False, planned: set[str] | None = None) -> dict[str, Any]:
     """What one run has done so far, from its sentinels (only the planned epochs when the plan is known)."""
     plan = plan or {}
     epochs_planned = plan.get("train", {}).get("epochs")

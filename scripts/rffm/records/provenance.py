@@ -19,7 +19,7 @@ from typing import Any
 
 from rffm.errors import IntegrityError
 from rffm.records.files import atomic_write_bytes, sha256_bytes, sha256_file
-from rffm.records.sentinel import seal, unseal
+from rffm.records.sentinel import read_sealed, seal
 
 # Environment variables that identify the executor and its job, in priority order.
 EXECUTOR_JOB_VARS = (
@@ -129,12 +129,7 @@ def write(path: str | Path, record: dict[str, Any], sentinel: bytes) -> None:
 
 def read(path: str | Path, sentinel_path: str | Path | None = None) -> dict[str, Any]:
     """A provenance record after checking its seal (and that it belongs to `sentinel_path`); one clear error otherwise."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise IntegrityError(f"{path}: provenance is missing. Fix: rerun the step that writes it (snakemake --forcerun <rule>).") from None
-    record = unseal(path, data, "provenance")
+    record = read_sealed(path, "provenance", ". Fix: rerun the step that writes it (snakemake --forcerun <rule>).")
     if sentinel_path is not None:
         try:
             linked = sha256_file(sentinel_path) == record.get("sentinel_sha256")

@@ -70,14 +70,19 @@ def unseal(path: str | Path, data: bytes, what: str) -> dict[str, Any]:
     return body
 
 
+def read_sealed(path: str | Path, what: str, when_missing: str) -> dict[str, Any]:
+    """The body of a sealed record file; a missing file raises `<path>: <what> is missing<when_missing>`."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise IntegrityError(f"{path}: {what} is missing{when_missing}") from None
+    return unseal(path, data, what)
+
+
 def read_sentinel(path: str | Path) -> dict[str, Any]:
     """Load and check a sentinel: present, parseable, self-consistent and of the expected shape."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise IntegrityError(f"{path}: sentinel is missing; the step that writes it has not completed. Fix: rerun snakemake.") from None
-    body = unseal(path, data, "sentinel")
+    body = read_sealed(path, "sentinel", "; the step that writes it has not completed. Fix: rerun snakemake.")
     for key, kind in REQUIRED.items():
         if not isinstance(body.get(key), kind):
             raise IntegrityError(f"{path}: sentinel field {key!r} is missing or not a {kind.__name__}. Fix: delete it and rerun snakemake.")

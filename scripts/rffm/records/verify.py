@@ -46,18 +46,13 @@ def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
     """The records a sentinel names in the results store: the selected artifact, the ledger entry."""
     results = results_root(sentinel_path)
     problems = []
-    if isinstance(body.get("artifact"), dict):
-        artifact = results / body["artifact"]["key"]
-        if not artifact.exists():
-            problems.append(f"{artifact}: the selected artifact is missing (selection {sentinel_path})")
-        elif sha256_file(artifact) != body["artifact"]["sha256"]:
-            problems.append(f"{artifact}: sha256 differs from the one selection {sentinel_path} recorded")
-    if isinstance(body.get("ledger_entry"), dict):
-        entry = results / body["ledger_entry"]["key"]
-        if not entry.exists():
-            problems.append(f"{entry}: the ledger entry of this qualification is missing (deleted?) ({sentinel_path} records it)")
-        elif sha256_file(entry) != body["ledger_entry"]["sha256"]:
-            problems.append(f"{entry}: the ledger entry differs from the one {sentinel_path} recorded (edited?)")
+    for key, what in (("artifact", "the selected artifact"), ("ledger_entry", "the ledger entry of this qualification")):
+        if isinstance(body.get(key), dict):
+            stored = results / body[key]["key"]
+            if not stored.exists():
+                problems.append(f"{stored}: {what} is missing (deleted?); {sentinel_path} records it")
+            elif sha256_file(stored) != body[key]["sha256"]:
+                problems.append(f"{stored}: {what} differs from the one {sentinel_path} recorded (edited or damaged?)")
     return problems
 
 
