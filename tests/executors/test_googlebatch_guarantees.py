@@ -21,7 +21,6 @@ import pytest
 from batch_support import (
     FAST,
     bucket_objects,
-    container,
     create_bucket,
     gcs_emulator,
     instance,
@@ -170,7 +169,7 @@ def test_every_gpu_vm_asks_for_one_l4_and_one_local_ssd(preempted, raised):
     assert groups["train-other-train-epoch"] == [f"train_epoch:run=other,epoch={e}" for e in (1, 2, 3)]
     for job in jobs:
         policy, rules = instance(job)["policy"], {target.split(":")[0] for target in targets(job)}
-        env = container(job)["environment"]["variables"]
+        env = task_spec(job)["runnables"][-1].get("environment", {}).get("variables", {})  # the container's
         if rules & set(GPU_RULES):
             assert [(a["type_"], a["count"]) for a in policy["accelerators"]] == [("nvidia-l4", "1")], job["job_id"]
             assert env["RFFM_GPUS_REQUESTED"] == "1"
@@ -200,3 +199,24 @@ def test_raising_epochs_trains_the_new_ones_and_leaves_earlier_checkpoints_alone
     assert {name: kept for name, kept in raised["epochs"].items() if name in before} == before, "an earlier epoch's object was rewritten"
     selection = read_object(emulator, "runs/base/selection/selection.json")
     assert [c["epoch"] for c in selection["candidates"]] == [1, 2, 3, 4, 5]
+
+
+# ---- a GPU VM whose container cannot see the GPU: the GPU step refuses instead of training on the CPU ----
+
+
+def test_a_gpu_step_refuses_when_the_vm_gave_a_gpu_the_container_cannot_see(emulator, tmp_path_factory):
+    """FAKE_BATCH_GPUS=invisible: the container is told it has an L4 (RFFM_GPUS_REQUESTED) but torch sees none."""
+    checkout = make_checkout(tmp_path_factory.mktemp("invisible-checkout"))
+    create_bucket(emulator, "rffm-invisible")
+    state = tmp_path_factory.mktemp("invisible")
+    result, report = run_fake_batch(
+        checkout, state, emulator, "--profile", "profiles/gcp-batch", *FAST, "validation_selection",
+        env={**profile_env("rffm-invisible"), "FAKE_BATCH_GPUS": "invisible"},
+    )  # fmt: skip
+    assert result.returncode != 0, output(result)
+    states = {job["job_id"].rsplit("-", 1)[0]: job["state"] for job in report["jobs"]}
+    assert states == {"stage-dataset": "SUCCEEDED", "pretrain-backbone": "FAILED"}, states
+    objects = bucket_objects(emulator, "rffm-invisible")
+    log = objects["rffm/results/logs/pretrain_backbone/mini.log"].download_as_text()  # the step's log, in the bucket
+    assert "this job was given a GPU (RFFM_GPUS_REQUESTED=1) but torch sees none" in log, log[-3000:]
+    assert not [name for name in objects if "/backbones/" in name], "a CPU-trained backbone was kept"
