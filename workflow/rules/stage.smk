@@ -1,3 +1,14 @@
+def source_root(local, configured):
+    """Where the configured input paths are on this machine: '.', or the folder a storage
+    provider (the bucket on Google Batch) downloaded them into; the step resolves its relative
+    source paths there (its params, and so its sentinel, keep the configured paths)."""
+    local = [local] if isinstance(local, str) else list(local)
+    for here, named in zip(map(str, local), map(str, configured)):
+        if here != named and here.endswith("/" + named):
+            return here[: -len(named)]
+    return "."
+
+
 rule stage_dataset:
     input:
         source=dataset_source_files,
@@ -11,5 +22,9 @@ rule stage_dataset:
         spec=dataset_spec,
         code=CODE["stage_dataset"],
         out_dir=output_dir("sentinel"),
+        source_root=lambda wildcards, input: source_root(
+            input.source, dataset_source_files(wildcards)
+        ),
     shell:
-        "rffm stage_dataset --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "rffm stage_dataset --spec {params.spec:q} --source-root {params.source_root:q}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
