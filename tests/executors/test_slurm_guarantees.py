@@ -186,3 +186,23 @@ def test_two_runs_sharing_a_cache_both_qualify_one_gpu_per_job(chain, raised, qu
     for job in slurm_jobs():
         shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
         assert "gres/gpu=2" not in shown and "gres/gpu:2" not in shown, shown
+
+
+def test_an_sbatch_rejection_is_shown_in_sbatchs_own_words(cluster, tmp_path):  # noqa: F811
+    """A request the site cannot grant (two GPUs on a one-GPU node) fails with sbatch's message, not `message: None`."""
+    write_config(tmp_path, tiny_config())
+    # --slurm-status-command etc. as everywhere here; only the resources of one rule are made impossible
+    result = subprocess.run(
+        command(
+            tmp_path, "results/datasets/tiny/sentinel.json", "--set-resources", "stage_dataset:gpu=2", "stage_dataset:slurm_partition=gpu"
+        ),
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    text = result.stdout + result.stderr
+    assert result.returncode != 0, text[-3000:]
+    assert "Requested node configuration is not available" in text, text[-4000:]
+    assert "SLURM sbatch failed" in text
