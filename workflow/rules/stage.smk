@@ -1,12 +1,4 @@
-def source_root(local, configured):
-    """Where the configured input paths are on this machine: '.', or the folder a storage
-    provider (the bucket on Google Batch) downloaded them into; the step resolves its relative
-    source paths there (its params, and so its sentinel, keep the configured paths)."""
-    local = [local] if isinstance(local, str) else list(local)
-    for here, named in zip(map(str, local), map(str, configured)):
-        if here != named and here.endswith("/" + named):
-            return here[: -len(named)]
-    return "."
+from rffm.runtime.inputs import source_root
 
 
 rule stage_dataset:
