@@ -57,6 +57,12 @@ def train_one_epoch(spec: dict, record_dir: Path, number: int, previous_dir: Pat
     return train_epoch.run(entry_defaults("runs", spec), record_dir, number, previous_dir, out_dir, scratch=scratch, **options)
 
 
+def tiny_text() -> str:
+    """The tiny configuration's YAML without its leading comments (line numbers in messages start at its first key)."""
+    lines = TINY.read_text().splitlines(keepends=True)
+    return "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) :])
+
+
 def tiny_config() -> dict:
     """A fresh copy of the tiny configuration."""
     return yaml.safe_load(TINY.read_text())

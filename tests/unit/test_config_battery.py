@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TINY, tiny_config
+from conftest import TINY, tiny_config, tiny_text
 from rffm import config
 from rffm.errors import ConfigError
 
@@ -494,23 +494,21 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_a_key_given_twice_names_file_lines_and_key(tmp_path: Path):
-    text = (
-        TINY.read_text().replace("results: results\n", "results: results\nthreads: 2\n").replace("threads: 1\n", "threads: 1\ncache: {}\n")
-    )
+    text = tiny_text().replace("results: results\n", "results: results\nthreads: 2\n").replace("threads: 1\n", "threads: 1\ncache: {}\n")
     path = write(tmp_path, "c.yaml", text)
     assert config.duplicate_keys(path) == [
-        f"threads: given twice in {path} (lines 3 and 5); YAML silently keeps the last. Fix: keep one of them",
-        f"cache: given twice in {path} (lines 6 and 7); YAML silently keeps the last. Fix: keep one of them",
+        f"threads: given twice in {path} (lines 2 and 4); YAML silently keeps the last. Fix: keep one of them",
+        f"cache: given twice in {path} (lines 5 and 6); YAML silently keeps the last. Fix: keep one of them",
     ]
 
 
 def test_epochs_given_twice_in_a_flow_mapping_and_a_run_defined_twice(tmp_path: Path):
-    text = TINY.read_text().replace("seed: 0}\n    profiling", "seed: 0, epochs: 30}\n    profiling")
+    text = tiny_text().replace("seed: 0}\n    profiling", "seed: 0, epochs: 30}\n    profiling")
     text += "  base:\n    dataset: tiny\n    backbone: mini\n    train: {epochs: 1, lr: 0.1, batch_size: 8, seed: 1}\n"
     path = write(tmp_path, "c.yaml", text)
     assert config.file_problems([path]) == [
-        f"runs.base.train.epochs: given twice in {path} (twice on line 26); YAML silently keeps the last. Fix: keep one of them",
-        f"runs.base: given twice in {path} (lines 23 and 28); YAML silently keeps the last. Fix: keep one of them",
+        f"runs.base.train.epochs: given twice in {path} (twice on line 25); YAML silently keeps the last. Fix: keep one of them",
+        f"runs.base: given twice in {path} (lines 22 and 27); YAML silently keeps the last. Fix: keep one of them",
     ]
     with pytest.raises(ConfigError, match=r"\n  runs\.base: given twice"):
         config.load([path])
@@ -561,7 +559,7 @@ def test_load_refuses_a_file_that_is_not_a_configuration(tmp_path: Path, text: s
 
 
 def test_load_checks_the_yaml_as_written(tmp_path: Path):
-    path = write(tmp_path, "c.yaml", TINY.read_text().replace("lr: 0.01", "lr: .nan").replace("epochs: 3,", "epochs: 3.0,"))
+    path = write(tmp_path, "c.yaml", tiny_text().replace("lr: 0.01", "lr: .nan").replace("epochs: 3,", "epochs: 3.0,"))
     with pytest.raises(ConfigError) as refused:
         config.load([path])
     assert str(refused.value).splitlines()[1:] == [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, TINY, snakemake, tiny_config
+from conftest import BIN, snakemake, tiny_config, tiny_text
 
 pytestmark = pytest.mark.workflow
 
@@ -30,7 +30,7 @@ def changed(change: Callable[[dict], object]) -> Callable[[Path], str]:
 
 def edited(old: str, new: str) -> Callable[[Path], str]:
     """config/examples/tiny.yaml with one text edit (for what a mapping cannot hold: a key written twice)."""
-    return lambda workdir: TINY.read_text().replace(old, new, 1)
+    return lambda workdir: tiny_text().replace(old, new, 1)
 
 
 def train(config: dict) -> dict:
@@ -57,7 +57,7 @@ CASES = [
     (
         "epochs-given-twice",
         edited("train: {epochs: 3,", "train: {epochs: 30, epochs: 3,"),
-        "runs.base.train.epochs: given twice in {workdir}/config.yaml (twice on line 26); "
+        "runs.base.train.epochs: given twice in {workdir}/config.yaml (twice on line 25); "
         "YAML silently keeps the last. Fix: keep one of them",
     ),
     (
@@ -65,7 +65,7 @@ CASES = [
         edited(
             "runs:\n", "runs:\n  base:\n    dataset: tiny\n    backbone: mini\n    train: {epochs: 9, lr: 0.1, batch_size: 8, seed: 1}\n"
         ),
-        "runs.base: given twice in {workdir}/config.yaml (lines 23 and 27); YAML silently keeps the last. Fix: keep one of them",
+        "runs.base: given twice in {workdir}/config.yaml (lines 22 and 26); YAML silently keeps the last. Fix: keep one of them",
     ),
     (
         "lr-inf",
@@ -173,8 +173,8 @@ def test_a_gpu_that_is_not_here_is_refused_by_a_local_run_but_not_by_a_dry_run(t
 
 def test_rffm_status_and_posttrain_refuse_keys_given_twice(tmp_path: Path):
     path = tmp_path / "config.yaml"
-    path.write_text(TINY.read_text().replace("threads: 1\n", "threads: 1\nthreads: 4\n"))
-    expected = f"  threads: given twice in {path} (lines 4 and 5); YAML silently keeps the last. Fix: keep one of them"
+    path.write_text(tiny_text().replace("threads: 1\n", "threads: 1\nthreads: 4\n"))
+    expected = f"  threads: given twice in {path} (lines 3 and 4); YAML silently keeps the last. Fix: keep one of them"
     for verb in (["status", "results", "--config"], ["posttrain", "--hidden-state-cache-directory", "c", "--config"]):
         result = subprocess.run([str(BIN / "rffm"), *verb, str(path)], cwd=tmp_path, capture_output=True, text=True)
         assert result.returncode == 2 and expected in result.stderr.splitlines() and "Traceback" not in result.stderr, result.stderr
