@@ -339,6 +339,11 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
         if arch["dim"] % arch["heads"]:
             divisors = [str(d) for d in range(1, min(arch["dim"], 256) + 1) if arch["dim"] % d == 0]
             problems.append(f"{where}.heads: {arch['heads']} does not divide dim {arch['dim']}. Fix: use one of {', '.join(divisors)}")
+        if arch["output_layers"] > arch["depth"] + 1:
+            problems.append(
+                f"{where}.output_layers: {arch['output_layers']} exceeds depth + 1 = {arch['depth'] + 1} (the embedding and "
+                f"each block). Fix: use 1 to {arch['depth'] + 1}"
+            )
         readers = [spec.get("dataset")] + [run["dataset"] for run in config["runs"].values() if run["backbone"] == name]
         for dataset in dict.fromkeys(d for d in readers if d in config["datasets"]):
             known = signal_length(config["datasets"][dataset])
