@@ -279,6 +279,12 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
             if key in run and run[key] not in config.get(table, {}):
                 defined = ", ".join(sorted(config.get(table, {}))) or "none"
                 problems.append(f"runs.{name}.{key}: {run[key]!r} is not defined under {table} (defined: {defined})")
+    for name, reference in config.get("references", {}).items():
+        if name in config.get("runs", {}):
+            problems.append(f"references.{name}: the id is also a run's; a reference is qualified under its own id. Fix: rename one")
+        if reference.get("dataset") not in config.get("datasets", {}):
+            defined = ", ".join(sorted(config.get("datasets", {}))) or "none"
+            problems.append(f"references.{name}.dataset: {reference.get('dataset')!r} is not defined under datasets (defined: {defined})")
     return problems
 
 
