@@ -1,1 +1,1 @@
-
+"""The model: frozen backbone, classifier head, pretraining objectives and metrics."""

@@ -1,1 +1,1 @@
-
+"""Figures with deterministic PNG bytes."""

@@ -1,1 +1,1 @@
-
+"""How steps run: device and threads, adaptive batching, progress, profiling, TensorBoard."""

@@ -1,1 +1,1 @@
-
+"""The pieces of a head epoch and the selection rule."""
