@@ -144,7 +144,10 @@ rule plot_comparison:
     params:
         code=CODE["plot_comparison"],
         runs=" ".join([*config["runs"], *config["references"]]),
-        results_dir=RESULTS,
+        # results/ as the job sees it (local copies under a storage provider): above runs/<name>/qualification/
+        results_dir=lambda wildcards, input: os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.dirname(input.qualifications[0])))
+        ),
         out_dir=output_dir("sentinel"),
     shell:
         "rffm plot_comparison --results-dir {params.results_dir} --runs {params.runs}"
