@@ -81,7 +81,11 @@ $(BIN)/rffm: pyproject.toml $$(TORCH_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(BIN)/rffm
 
+# Also links ~/.config/snakemake/{gcp-batch,slurm} to profiles/ (rffm install_profiles), so the literal
+# `snakemake --profile gcp-batch` / `--profile slurm` find them; an existing different profile of that
+# name is left alone (the message says how to proceed) and setup goes on.
 setup: $(BIN)/rffm
+	@$(BIN)/rffm install_profiles --checkout $(CURDIR) || echo "make setup: profiles not linked (see above); --profile profiles/<name> works all the same"
 
 # What setup installs here, without installing anything.
 torch-choice:

@@ -95,7 +95,11 @@ WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
 
 def planned_jobs(workdir: Path, *targets: str) -> list[str]:
     """The jobs a dry run plans, as sorted 'rule[wildcards]' strings (target rules left out)."""
-    output = snakemake(workdir, "-n", *targets).stdout
+    return plan_of(snakemake(workdir, "-n", *targets).stdout)
+
+
+def plan_of(output: str) -> list[str]:
+    """The jobs in a dry run's output, as sorted 'rule[wildcards]' strings (target rules left out)."""
     jobs, current = [], None
     for line in output.splitlines():
         if match := JOB_HEADER.match(line):

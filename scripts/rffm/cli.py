@@ -46,10 +46,19 @@ def _torch(args: argparse.Namespace) -> str:
 # ---- the steps: one verb per rule ----
 
 
+def _from_source_root(args: argparse.Namespace) -> str:
+    """The absolute output folder; then work in --source-root, where the rule found the configured source
+    files (a storage provider's download folder on Google Batch), so relative config paths resolve there."""
+    out_dir = os.path.abspath(args.out_dir)
+    if args.source_root and args.source_root != ".":
+        os.chdir(args.source_root)
+    return out_dir
+
+
 def stage_dataset(args: argparse.Namespace) -> None:
     from rffm.steps import stage_dataset
 
-    stage_dataset.run(args.spec, args.out_dir)
+    stage_dataset.run(args.spec, _from_source_root(args))
 
 
 def pretrain_backbone(args: argparse.Namespace) -> None:
@@ -62,7 +71,7 @@ def pretrain_backbone(args: argparse.Namespace) -> None:
 def import_backbone(args: argparse.Namespace) -> None:
     from rffm.steps import import_backbone
 
-    import_backbone.run(args.spec, args.out_dir)
+    import_backbone.run(args.spec, _from_source_root(args))
 
 
 def _cache_options(args: argparse.Namespace) -> dict:
@@ -234,6 +243,15 @@ def unlock(args: argparse.Namespace) -> int:
     return 0
 
 
+def install_profiles(args: argparse.Namespace) -> int:
+    from rffm.ops.profiles import CHECKOUT
+    from rffm.ops.profiles import install_profiles as install
+
+    for line in install(args.checkout or CHECKOUT):
+        print(line)
+    return 0
+
+
 def posttrain(args: argparse.Namespace) -> int:
     from rffm.ops.posttrain import posttrain as run
 
@@ -330,10 +348,12 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--scratch", required=True, help="this node's directory for the hidden-state cache memo")
         store_option(sub)
 
-    verb(stage_dataset, "Stage a dataset into canonical HDF5 splits.", "datasets", False, "--out-dir")
+    sub = verb(stage_dataset, "Stage a dataset into canonical HDF5 splits.", "datasets", False, "--out-dir")
+    sub.add_argument("--source-root", default=".", help="folder the spec's relative source paths are relative to (default: .)")
     text = "Build a backbone: self-supervised pretraining or random init."
     verb(pretrain_backbone, text, "backbones", True, "--dataset-dir", "--out-dir")
-    verb(import_backbone, "Import a user backbone checkpoint after checking its sha256.", "backbones", False, "--out-dir")
+    sub = verb(import_backbone, "Import a user backbone checkpoint after checking its sha256.", "backbones", False, "--out-dir")
+    sub.add_argument("--source-root", default=".", help="folder the spec's relative checkpoint path is relative to (default: .)")
     sub = verb(build_cache, "Build the hidden-state cache (a node-local memo) and its record.", "", True, "--dataset-dir", "--backbone-dir")
     sub.add_argument("--out-dir", required=True, help="the record's folder: results/caches/<dataset>__<backbone>")
     cache_options(sub)
@@ -402,6 +422,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
     sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one).")
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
+    text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
+    sub = verb(install_profiles, text)
+    sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
     sub = verb(
         posttrain,
         "Run the whole workflow in this process (Snakemake API, local executor), for single-job launchers "

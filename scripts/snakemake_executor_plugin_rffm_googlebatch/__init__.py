@@ -17,7 +17,7 @@ from .executor import Executor  # noqa: F401 (the plugin interface)
 
 @dataclass
 class ExecutorSettings(UpstreamSettings):
-    """Upstream settings with safer defaults, plus the local-SSD scratch disk."""
+    """Upstream settings with safer defaults, plus the local-SSD scratch disk and VMs without external IP addresses."""
 
     # Optional[...], not X | None, and no postponed annotations: Snakemake calls the type to parse flags
 
@@ -52,6 +52,15 @@ class ExecutorSettings(UpstreamSettings):
         metadata={
             "help": "Local SSD (multiple of 375 GB) attached to each job and mounted in the container at the "
             "hidden-state cache directory; 0: none. Per rule: resource googlebatch_local_ssd_gb",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    no_external_ip_address: bool = field(
+        default=False,
+        metadata={
+            "help": "VMs get no external IP address (the subnetwork needs Private Google Access or Cloud NAT to reach Google APIs "
+            "and the registry); with rffm-googlebatch-network / -subnetwork it forms the job's network interface",
             "env_var": False,
             "required": False,
         },

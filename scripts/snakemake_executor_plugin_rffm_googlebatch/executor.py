@@ -10,6 +10,9 @@ is wrong for rffm (profiles/README.md, "Google Cloud"; each fix has a test in te
 - heredocs are quoted (the Snakefile is written verbatim, nothing expands on the VM host);
 - job ids and labels are always valid Batch names;
 - accelerator-optimized machine types (g2, a2, ...) always get the GPU driver installed;
+- a job with accelerators tells its steps how many GPUs it was given (RFFM_GPUS_REQUESTED), so a step
+  that cannot see them fails loudly instead of training on the CPU (rffm.runtime.device);
+- VMs can go without external IP addresses (`no_external_ip_address`, with `network`/`subnetwork`);
 - only container mode with an image pinned by @sha256 digest is accepted, checked before submission;
   the image is the workflow's declared `container:` (rffm: RFFM_WORKER_IMAGE), a plugin setting otherwise.
 """
@@ -257,6 +260,10 @@ class Executor(GoogleBatchExecutor):
                 "RFFM_CONTAINER_IMAGE": main.container.image_uri,
             }
         )
+        gpus = sum(int(accelerator.count) for accelerator in self.get_accelerators(job) or [])
+        if gpus:
+            # read by rffm.runtime.device: a granted GPU that torch cannot see is an error, not a CPU run
+            main.environment.variables["RFFM_GPUS_REQUESTED"] = str(gpus)
         if self.local_ssd_gb(job):
             task.volumes = [*task.volumes, batch_v1.Volume(device_name=SCRATCH_DEVICE, mount_path=SCRATCH_HOST_MOUNT)]
         task.lifecycle_policies = [
@@ -289,6 +296,17 @@ class Executor(GoogleBatchExecutor):
             instance.policy.disks = [*instance.policy.disks, scratch]
         policy.instances = [instance]
         return policy
+
+    def get_network_policy(self, job):
+        """Upstream's network interface (network, subnetwork) plus `no_external_ip_address`; None when nothing is set."""
+        network, subnetwork = self.get_param(job, "network"), self.get_param(job, "subnetwork")
+        private = bool(self.get_param(job, "no_external_ip_address"))
+        if not (network or subnetwork or private):
+            return None
+        interface = batch_v1.AllocationPolicy.NetworkInterface(
+            network=network or "", subnetwork=subnetwork or "", no_external_ip_address=private
+        )
+        return batch_v1.AllocationPolicy.NetworkPolicy(network_interfaces=[interface])
 
     def local_ssd_gb(self, job) -> int:
         size = int(self.get_param(job, "local_ssd_gb") or 0)

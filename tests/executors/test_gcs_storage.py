@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from batch_support import IMAGE, PROJECT, bucket_objects, free_port, output, profile_env, run_fake_batch
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
-from test_googlebatch import IMAGE, PROJECT, bucket_objects, free_port, output, profile_env, run_fake_batch
 
 from conftest import BIN, REPO, tiny_config
 

@@ -10,23 +10,33 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from batch_support import (
+    FAST,
+    IMAGE,
+    JOB_ID,
+    PROJECT,
+    bucket_objects,
+    container,
+    create_bucket,
+    gcs_emulator,
+    instance,
+    make_checkout,
+    output,
+    profile_env,
+    rule_of,
+    run_fake_batch,
+    task_spec,
+)
 
-from conftest import BIN, REPO, tiny_config
+from conftest import BIN, PROFILED_TRACES, snakemake, tiny_config, write_config
+from rffm.records.files import sha256_file
 
-DIGEST = "sha256:" + "0123456789abcdef" * 4
-IMAGE = f"us-central1-docker.pkg.dev/rffm-test/rffm/worker@{DIGEST}"
-PROJECT = "rffm-test"
-FAKE_BATCH = REPO / "tests" / "executors" / "fake_batch.py"
-JOB_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 UPSTREAM = pytest.param("googlebatch", marks=pytest.mark.xfail(strict=True, reason="upstream googlebatch 0.5.1 defect"))
 EXECUTORS = ["rffm-googlebatch", UPSTREAM]
 
@@ -72,75 +82,11 @@ END
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def emulator():
     """gcp-storage-emulator on 127.0.0.1 (in memory), stopped after this module."""
-    from gcp_storage_emulator.server import create_server
-
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-def create_bucket(emulator: str, bucket: str) -> None:
-    """What the one-time setup in profiles/README.md does; the rffm-gcs storage plugin never creates buckets."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator})
-    if client.lookup_bucket(bucket) is None:
-        client.create_bucket(bucket)
-
-
-def bucket_objects(emulator: str, bucket: str) -> dict[str, object]:
-    """name -> blob of every object in a bucket of the emulator."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator})
-    if client.lookup_bucket(bucket) is None:
-        return {}
-    return {blob.name: blob for blob in client.list_blobs(bucket)}
-
-
-def run_fake_batch(
-    workdir: Path, state: Path, emulator: str, *args: str, env: dict | None = None
-) -> tuple[subprocess.CompletedProcess, dict]:
-    """`snakemake <args>` in workdir with the fake Batch; returns the process and the fake's report."""
-    environ = {key: value for key, value in os.environ.items() if not key.startswith(("RFFM_", "FAKE_BATCH_", "SNAKEMAKE_"))}
-    environ.update({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "STORAGE_EMULATOR_HOST": emulator, **(env or {})})
-    command = [sys.executable, str(FAKE_BATCH), str(state), "--", *args]
-    result = subprocess.run(command, cwd=workdir, env=environ, capture_output=True, text=True, timeout=300)
-    report = json.loads((state / "jobs.json").read_text())
-    return result, report
-
-
-def output(result: subprocess.CompletedProcess) -> str:
-    return result.stdout[-3000:] + result.stderr[-8000:]
-
-
-def task_spec(job: dict) -> dict:
-    return job["request"]["job"]["task_groups"][0]["task_spec"]
-
-
-def instance(job: dict) -> dict:
-    return job["request"]["job"]["allocation_policy"]["instances"][0]
-
-
-def container(job: dict) -> dict:
-    return task_spec(job)["runnables"][-1]["container"]
-
-
-def rule_of(job: dict) -> str:
-    return job["request"]["job"]["labels"]["snakemake-job"]
+    with gcs_emulator() as url:
+        yield url
 
 
 # ---- acceptance: the real profile, the tiny workflow, end to end through the bucket ----
@@ -148,30 +94,8 @@ def rule_of(job: dict) -> str:
 
 @pytest.fixture(scope="module")
 def repo_checkout(tmp_path_factory) -> Path:
-    """What a user runs from: a git checkout (the worker gets its git-tracked files) with the tiny config."""
-    checkout = tmp_path_factory.mktemp("checkout")
-    for name in ("workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, checkout / name)
-    shutil.copy(REPO / ".gitignore", checkout / ".gitignore")
-    (checkout / "config").mkdir()
-    (checkout / "config" / "config.yaml").write_text(yaml.safe_dump(tiny_config(), sort_keys=False))
-    subprocess.run(["git", "init", "-q"], cwd=checkout, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=checkout, check=True)
-    return checkout
-
-
-def profile_env(bucket: str, image: str = IMAGE) -> dict:
-    """The environment profiles/gcp-batch/config.yaml reads (profiles/README.md, Google Cloud)."""
-    return {
-        "RFFM_GCP_PROJECT": PROJECT,
-        "RFFM_GCS_BUCKET": bucket,
-        "RFFM_BATCH_SERVICE_ACCOUNT": f"rffm-batch@{PROJECT}.iam.gserviceaccount.com",
-        "RFFM_WORKER_IMAGE": image,
-    }
-
-
-# only timing is changed for the test: status checks every second, 5 s for outputs to appear
-FAST = ("--seconds-between-status-checks", "1", "--latency-wait", "5")
+    """What a user runs from: a git checkout with the tiny config as config/config.yaml."""
+    return make_checkout(tmp_path_factory.mktemp("checkout"))
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +177,29 @@ def test_provenance_names_the_batch_job_and_the_pinned_image(batch_run, emulator
     assert {step["image"] for step in steps.values()} == {IMAGE}
 
 
+def test_the_manifest_names_the_launch_profile_and_the_traces_are_in_the_bucket(batch_run, repo_checkout, emulator):
+    """The launch record, its sha256 in the manifest and the profiling traces (tiny.yaml profiles 2 batches) reach the bucket."""
+    objects = bucket_objects(emulator, "rffm-e2e")
+    manifest = json.loads(objects["rffm/results/runs/base/qualification/run_manifest.json"].download_as_text())
+    profile = repo_checkout / "profiles" / "gcp-batch" / "config.yaml"
+    launched = manifest["provenance"]["launch_profile"]
+    assert launched["name"] == "gcp-batch" and launched["sha256"] == sha256_file(profile), launched
+    assert Path(launched["path"]).resolve() == profile.resolve()
+    kept = objects["rffm/results/runs/base/launch/gcp-batch/config.yaml"].download_as_bytes()
+    assert kept == profile.read_bytes()
+    profiling = "rffm/results/runs/base/profiling/"
+    traces = sorted(name.removeprefix(profiling) for name in objects if name.startswith(profiling) and name.endswith(".trace.json"))
+    assert traces == PROFILED_TRACES
+    for name in traces:
+        assert json.loads(objects[profiling + name].download_as_text())["traceEvents"], name
+    # the test-split ledger is in the bucket too (it outlives the qualify VM): one entry, counted in the manifest
+    ledger = [name for name in objects if name.startswith("rffm/results/ledger/")]
+    assert [name.rsplit("/", 1)[1] for name in ledger] == ["base.json"], ledger
+    entry = json.loads(objects[ledger[0]].download_as_text())["entry"]
+    assert entry["artifact_sha256"] == manifest["selection"]["artifact_sha256"]
+    assert manifest["qualification"]["exposure_count"] == 1
+
+
 def test_a_finished_run_plans_nothing_although_the_cache_is_gone(batch_run, repo_checkout, emulator):
     environ = {**os.environ, "STORAGE_EMULATOR_HOST": emulator, **profile_env("rffm-e2e")}
     dry = subprocess.run(
@@ -293,6 +240,80 @@ def test_an_unset_profile_variable_is_refused_with_its_name(repo_checkout, emula
     result, report = run_fake_batch(repo_checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", env=env)
     assert result.returncode != 0 and report["jobs"] == []
     assert "RFFM_GCP_PROJECT is not set" in output(result)
+
+
+def test_the_profiles_network_lines_give_a_private_subnetwork(repo_checkout, emulator, tmp_path):
+    """The commented network block of profiles/gcp-batch/config.yaml, uncommented as profiles/README.md says."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(repo_checkout, checkout, symlinks=True)
+    profile = checkout / "profiles" / "gcp-batch" / "config.yaml"
+    lines = profile.read_text().splitlines()
+    network = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith(("# rffm-googlebatch-network", "# rffm-googlebatch-subnetwork", "# rffm-googlebatch-no-external"))
+    ]
+    assert len(network) == 3, "the profile's network block changed"
+    for i in network:
+        lines[i] = lines[i].removeprefix("# ")
+    profile.write_text("\n".join(lines) + "\n")
+    create_bucket(emulator, "rffm-private")
+    env = {**profile_env("rffm-private"), "RFFM_BATCH_NETWORK": "rffm-vpc", "RFFM_BATCH_SUBNETWORK": "rffm-central"}
+    result, report = run_fake_batch(
+        checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", env={**env, "FAKE_BATCH_MODE": "capture"}
+    )
+    assert report["jobs"], output(result)
+    for job in report["jobs"]:
+        [interface] = job["request"]["job"]["allocation_policy"]["network"]["network_interfaces"]
+        assert interface == {
+            "network": f"projects/{PROJECT}/global/networks/rffm-vpc",
+            "subnetwork": f"projects/{PROJECT}/regions/us-central1/subnetworks/rffm-central",
+            "no_external_ip_address": True,
+        }, interface
+    del env["RFFM_BATCH_SUBNETWORK"]
+    result, report = run_fake_batch(checkout, tmp_path / "unset", emulator, "--profile", "profiles/gcp-batch", env=env)
+    assert result.returncode != 0 and report["jobs"] == [] and "RFFM_BATCH_SUBNETWORK is not set" in output(result)
+
+
+def test_a_dataset_file_uploaded_to_the_bucket_is_staged_on_a_vm(emulator, tmp_path):
+    """profiles/README.md, "Your data in the bucket": a relative source path P is gs://$RFFM_GCS_BUCKET/rffm/P."""
+    import h5py
+    import numpy as np
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    rng = np.random.default_rng(5)
+    labels, snrs = np.repeat(np.arange(4), 16), np.tile(np.repeat([0.0, 10.0], 8), 4)
+    source = tmp_path / "mine.h5"
+    with h5py.File(source, "w") as f:
+        f["iq"] = rng.standard_normal((64, 2, 64)).astype(np.float32)
+        f["label"], f["snr_db"] = labels, snrs
+        f.attrs["classes"] = json.dumps(["BPSK", "QPSK", "16QAM", "GFSK"])
+    config = tiny_config()
+    config["datasets"]["tiny"] = {
+        "source": "hdf5",
+        "seed": 3,
+        "hdf5": {"path": "data/mine.h5"},
+        "splits": config["datasets"]["tiny"]["splits"],
+    }
+    checkout = make_checkout(tmp_path / "checkout", config)
+    create_bucket(emulator, "rffm-data")
+    gcs = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator})
+    gcs.bucket("rffm-data").blob("rffm/data/mine.h5").upload_from_filename(str(source))  # gcloud storage cp, as documented
+    sentinel = "results/datasets/tiny/sentinel.json"
+    result, report = run_fake_batch(
+        checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", *FAST, sentinel, env=profile_env("rffm-data")
+    )
+    assert result.returncode == 0, output(result)
+    assert [rule_of(job) for job in report["jobs"]] == ["stage-dataset"]
+    staged = bucket_objects(emulator, "rffm-data")[f"rffm/{sentinel}"].download_as_bytes()
+    # the same dataset staged locally from the same file: the same sentinel, byte for byte
+    local = tmp_path / "local"
+    (local / "data").mkdir(parents=True)
+    shutil.copy(source, local / "data" / "mine.h5")
+    write_config(local, config)
+    snakemake(local, sentinel)
+    assert staged == (local / sentinel).read_bytes()
 
 
 # ---- regression tests: each upstream defect, on a minimal workflow, against both executors ----

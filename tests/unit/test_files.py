@@ -54,3 +54,25 @@ def test_start_writeback_leaves_the_bytes_alone(tmp_path: Path):
         start_writeback(handle.fileno(), 0, 10000)
         start_writeback(handle.fileno(), 5000, 0)  # length 0: to the end of the file
     assert path.read_bytes() == b"x" * 10000
+
+
+def test_a_create_only_write_clears_what_a_killed_writer_left_but_not_a_live_ones(tmp_path: Path, monkeypatch):
+    import socket
+    import subprocess
+
+    monkeypatch.setattr(files, "_link_unnamed", lambda *args: False)  # the named-temporary path (no O_TMPFILE)
+    host = socket.gethostname()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        left = tmp_path / f".entry.json.{host}.{dead.pid}.tmp"
+        running = tmp_path / f".entry.json.{host}.{live.pid}.tmp"
+        other_host = tmp_path / f".entry.json.elsewhere.{dead.pid}.tmp"
+        for path in (left, running, other_host):
+            path.write_bytes(b"partial")
+        files.atomic_write_bytes(tmp_path / "entry.json", b"{}", create_only=True)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["entry.json", running.name, other_host.name])
+    finally:
+        live.kill()
+        live.wait()

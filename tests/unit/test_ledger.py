@@ -55,3 +55,24 @@ def test_changed_keys_name_what_differs():
     assert problem.startswith("runs.r was qualified") and "runs.r.train.lr" in problem and "code of train_epoch" in problem
     assert "\n" not in problem and "Fix:" in problem
     assert ledger.frozen_run_problem([{**entry("r", "art-1"), "selection_source": after}], after) is None
+
+
+def test_an_entry_that_is_not_the_one_the_qualification_recorded_is_named(tmp_path: Path):
+    from rffm.records.sentinel import seal
+
+    store = PosixStore(tmp_path)
+    ledger.claim(store, entry("run-a", "art-1"))
+    key = ledger.entry_key(SPLIT, "run-a")
+    link = {"key": key, "sha256": ledger.entry_digest(store, key)}
+    files = {"sentinel.json": seal({"ledger_entry": link}), "run_manifest.json": json.dumps({"qualification": {"ledger_entry": link}})}
+    assert ledger.recorded_link(files.get) == (link, "sentinel.json")
+    assert ledger.recorded_link({**files, "sentinel.json": b"{damaged"}.get) == (link, "run_manifest.json")
+    assert ledger.recorded_link({}.get) == (None, None)
+    assert ledger.recorded_entry_problem(store, key, link, "q/sentinel.json") is None
+    path = tmp_path / key
+    path.chmod(0o644)
+    path.write_bytes(ledger.encode(entry("run-a", "art-1", accuracy=0.99)))  # edited and resealed: its own digest holds
+    assert "differs from the one recorded" in ledger.recorded_entry_problem(store, key, link, "q/sentinel.json")
+    path.unlink()
+    problem = ledger.recorded_entry_problem(store, key, link, "q/sentinel.json")
+    assert problem.startswith(str(path)) and "is missing (deleted?)" in problem and "\n" not in problem

@@ -324,7 +324,10 @@ def qualified_runs():
     """Runs the ledger holds an entry for (read once, by the submitting Snakemake only)."""
     if not workflow.is_main_process or workflow.remote_exec:
         return {}
-    return ledger.runs_qualified(open_store(STORE))
+    try:  # a damaged ledger entry stops the plan before any job, with the one line
+        return ledger.runs_qualified(open_store(STORE))
+    except RffmError as error:
+        raise PlanRefused(f"rffm: {error}") from None
 
 
 QUALIFIED = None
@@ -339,6 +342,23 @@ def refuse_changed_qualified_run(run):
     problem = ledger.frozen_run_problem(QUALIFIED.get(run, []), selection_source(run))
     if problem:
         raise PlanRefused(f"rffm: {problem}")
+    if workflow.is_main_process and not workflow.remote_exec:
+        refuse_changed_ledger_entry(run)
+
+
+def refuse_changed_ledger_entry(run):
+    """Stop while the plan is built (before Snakemake deletes a forced qualify's outputs, which record the
+    entry) when the run's ledger entry is not the one its qualification recorded: deleted, edited, put back.
+    """
+    store = open_store(STORE)
+    folder = f"runs/{run}/qualification"
+    recorded, name = ledger.recorded_link(lambda file: store.read(f"{folder}/{file}"))
+    if recorded is not None:
+        where = f"{store.where(folder)}/{name}"
+        if problem := ledger.recorded_entry_problem(
+            store, recorded["key"], recorded, where
+        ):
+            raise PlanRefused(f"rffm: {problem}")
 
 
 def qualify_inputs(wildcards):
@@ -428,6 +448,7 @@ def manifest_inputs(wildcards):
         "manifest": ancient(run_file(wildcards.run, "qualification/run_manifest.json")),
         "linked": ancient(
             [
+                run_file(wildcards.run, "qualification/provenance.json"),
                 run_file(wildcards.run, "selection/sentinel.json"),
                 dataset_file(cfg["dataset"], "sentinel.json"),
                 backbone_file(cfg["backbone"], "sentinel.json"),

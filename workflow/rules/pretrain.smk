@@ -39,5 +39,9 @@ rule import_backbone:
         spec=backbone_spec,
         code=CODE["import_backbone"],
         out_dir=output_dir("sentinel"),
+        source_root=lambda wildcards, input: source_root(
+            input.checkpoint, [config["backbones"][wildcards.backbone]["path"]]
+        ),
     shell:
-        "rffm import_backbone --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "rffm import_backbone --spec {params.spec:q} --source-root {params.source_root:q}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

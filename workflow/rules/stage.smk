@@ -1,3 +1,6 @@
+from rffm.runtime.inputs import source_root
+
+
 rule stage_dataset:
     input:
         source=dataset_source_files,
@@ -11,5 +14,9 @@ rule stage_dataset:
         spec=dataset_spec,
         code=CODE["stage_dataset"],
         out_dir=output_dir("sentinel"),
+        source_root=lambda wildcards, input: source_root(
+            input.source, dataset_source_files(wildcards)
+        ),
     shell:
-        "rffm stage_dataset --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "rffm stage_dataset --spec {params.spec:q} --source-root {params.source_root:q}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -453,9 +453,18 @@ def ensure(
 def open_memo(directory: Path, recipe_digest: str, consumer: str) -> tuple[dict[str, CacheSplit], dict[str, Any]]:
     """Check every byte of a memo against its sentinel (and its recipe) and open its splits for reading."""
     sentinel = directory / SENTINEL_NAME
-    if memo_recipe(directory) != recipe_digest:
-        raise IntegrityError(f"{consumer} refuses to start: {directory} holds no cache of this recipe. Fix: rerun snakemake.")
-    problems = memo_problems(directory, unseal(sentinel, sentinel.read_bytes(), "cache memo sentinel"))
+    if not sentinel.exists():
+        raise IntegrityError(f"{consumer} refuses to start: {sentinel} is missing: {directory} holds no cache. Fix: rerun snakemake.")
+    try:
+        body = unseal(sentinel, sentinel.read_bytes(), "cache memo sentinel")
+    except IntegrityError as error:
+        raise IntegrityError(f"{consumer} refuses to start: {error}") from None  # deleting it has the cache built again
+    if body.get("recipe") != recipe_digest:
+        raise IntegrityError(
+            f"{consumer} refuses to start: {sentinel}: a cache of another recipe (another dataset, backbone or build code). "
+            "Fix: rerun snakemake; the epoch that needs it builds it again."
+        )
+    problems = memo_problems(directory, body)
     if problems:
         raise IntegrityError(
             f"{consumer} refuses to start: {problems[0]} (the hidden-state cache was changed after it was built). "

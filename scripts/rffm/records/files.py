@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
 import hashlib
 import io
 import json
 import os
+import socket
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -135,9 +137,14 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, create_
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if create_only and _link_unnamed(path, data, mode):
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if create_only:
+        remove_dead_temporaries(path)
+        if _link_unnamed(path, data, mode):
+            return
+        tmp = _owned_temporary(path)
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -153,6 +160,22 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, create_
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _owned_temporary(path: Path) -> str:
+    """A create-only write's temporary: `.<name>.<host>.<pid>.tmp`, so a later writer can tell a killed writer's leftover."""
+    return str(path.parent / f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+
+
+def remove_dead_temporaries(path: Path) -> None:
+    """Remove the temporaries of `path` that create-only writers on this host left when they were killed (their pid is
+    gone; or ours: this process writes one name at a time). Store folders (ledger, artifacts, memo) belong to no step,
+    so no step's start clears them."""
+    host = socket.gethostname()
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        owner, _, pid = tmp.name[len(path.name) + 2 : -len(".tmp")].rpartition(".")
+        if owner == host and pid.isdigit() and (int(pid) == os.getpid() or not Path(f"/proc/{pid}").exists()):
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

@@ -11,6 +11,7 @@ The exposure count of a split is the number of distinct artifacts its entries na
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from rffm.errors import ExposureError, IntegrityError
@@ -105,6 +106,40 @@ def runs_qualified(store: Store) -> dict[str, list[dict[str, Any]]]:
     for _, entry in entries(store):
         found.setdefault(entry["run"], []).append(entry)
     return found
+
+
+def recorded_link(read: Callable[[str], bytes | None]) -> tuple[dict[str, str] | None, str | None]:
+    """The ledger entry (key, sha256) a run's qualification recorded, and which file records it: its sentinel when
+    that is intact, else its manifest; (None, None) when neither holds one. `read(name)` gives a file of the
+    qualification folder (None when missing)."""
+    for name, where in (("sentinel.json", ("ledger_entry",)), ("run_manifest.json", ("qualification", "ledger_entry"))):
+        try:
+            data = read(name)
+            body = json.loads(data) if data is not None else None
+            if name == "sentinel.json" and body is not None:
+                body = body if sha256_json({k: v for k, v in body.items() if k != "self_sha256"}) == body["self_sha256"] else None
+            for key in where:
+                body = body[key]
+            if isinstance(body.get("key"), str) and isinstance(body.get("sha256"), str):
+                return {"key": body["key"], "sha256": body["sha256"]}, name
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None, None
+
+
+def recorded_entry_problem(store: Store, key: str, recorded: dict[str, str] | None, recorded_in: str) -> str | None:
+    """Why the entry under `key` is not the one the run's qualification recorded (missing, edited, put back); None if it is."""
+    if recorded is None or recorded["key"] != key:
+        return None
+    digest = entry_digest(store, key)
+    if digest == recorded["sha256"]:
+        return None
+    what = "is missing (deleted?)" if digest is None else "differs from the one recorded (edited or put back?)"
+    return (
+        f"{store.where(key)}: the ledger entry of this run {what}; {recorded_in} records sha256 {recorded['sha256'][:16]}…. "
+        "The ledger is the only record of the run's test exposure, so no result is returned and nothing is claimed again. "
+        "Fix: restore the entry from a backup (rffm verify names what else differs)."
+    )
 
 
 def changed_keys(recorded: Any, current: Any, prefix: str = "") -> list[str]:

@@ -5,17 +5,19 @@ outputs under memo/<rule>/<sha256 of the identity>/ and restores them instead of
 epochs after a preemption, a killed group job (Snakemake deletes the outputs of every job of a
 failed group), a fresh VM, or `epochs` raised on a run whose cache is gone with its node. Entries
 are written create-only by the store, files first and the sentinel last, so a half-written entry
-is never restored; restored outputs are checked against the stored sentinel byte for byte.
+is never restored; restored outputs are checked against the stored sentinel byte for byte, and a
+damaged entry (sentinel, provenance or file) is never restored: the step computes again and
+`rffm verify` names the entry.
 """
 
 from __future__ import annotations
 
-import json
-
+from rffm.errors import IntegrityError
+from rffm.records import provenance
 from rffm.records.files import atomic_write_bytes, sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.sentinel import check_record, unseal
-from rffm.records.step import Step
+from rffm.records.step import IDENTITY_FIELDS, Step
 from rffm.records.store import Store
 
 MEMO = "memo"
@@ -26,13 +28,23 @@ def entry(step: Step) -> str:
     return f"{MEMO}/{step.rule}/{sha256_json(step.identity())}"
 
 
+def folder_of(body: dict) -> str:
+    """The store folder a memo sentinel belongs in: its rule and the digest of its identity fields."""
+    return f"{MEMO}/{body.get('stage')}/{sha256_json({key: body.get(key) for key in IDENTITY_FIELDS})}"
+
+
 def restore(store: Store, step: Step, names: tuple[str, ...]) -> bool:
     """Restore the step's outputs (and facts) from its memo entry; True when it did, False when there is none usable."""
     folder = entry(step)
     data = store.read(f"{folder}/{SENTINEL_NAME}")
     if data is None:
         return False
-    body = unseal(store.where(f"{folder}/{SENTINEL_NAME}"), data, "memo sentinel")
+    try:
+        body = unseal(store.where(f"{folder}/{SENTINEL_NAME}"), data, "memo sentinel")
+        computed = provenance.check(store.where(f"{folder}/{PROVENANCE_NAME}"), store.read(f"{folder}/{PROVENANCE_NAME}"), data)
+    except IntegrityError as error:  # a damaged entry is never restored: computed again (verify names it)
+        print(f"{step.rule} {step.key}: not restored from the memo, computed again: {error}")
+        return False
     identity = step.identity()
     if {field: body.get(field) for field in identity} != identity:
         return False
@@ -46,8 +58,7 @@ def restore(store: Store, step: Step, names: tuple[str, ...]) -> bool:
             return False
         step.output(name, record)
     step.facts.update({key: value for key, value in body.items() if key not in identity and key != "outputs"})
-    computed = store.read(f"{folder}/{PROVENANCE_NAME}")
-    step.details.update({"restored_from": store.where(folder), "computed_by": json.loads(computed) if computed else None})
+    step.details.update({"restored_from": store.where(folder), "computed_by": computed})
     print(f"{step.rule} {step.key}: restored from {store.where(folder)} (same inputs, params and code)")
     return True
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from rffm.errors import IntegrityError
 from rffm.records.files import atomic_write_bytes, sha256_bytes, sha256_file
-from rffm.records.sentinel import read_sealed, seal
+from rffm.records.layout import PROVENANCE_NAME
+from rffm.records.sentinel import seal, unseal
 
 # Environment variables that identify the executor and its job, in priority order.
 EXECUTOR_JOB_VARS = (
@@ -127,17 +128,40 @@ def write(path: str | Path, record: dict[str, Any], sentinel: bytes) -> None:
     atomic_write_bytes(path, seal({**record, "sentinel_sha256": sha256_bytes(sentinel)}))
 
 
+def check(where: str | Path, data: bytes | None, sentinel: bytes | None, sentinel_name: str | Path = "its sentinel") -> dict[str, Any]:
+    """A provenance record from its bytes after checking its seal and, given a sentinel's bytes, that it belongs to that sentinel."""
+    if data is None:
+        raise IntegrityError(f"{where}: provenance is missing. Fix: rerun the step that writes it (snakemake --forcerun <rule>).")
+    record = unseal(where, data, "provenance")
+    if sentinel is not None and record.get("sentinel_sha256") != sha256_bytes(sentinel):
+        raise IntegrityError(
+            f"{where}: provenance of another run of the step than {sentinel_name} (put back or copied). "
+            "Fix: rerun the step (snakemake --forcerun <rule>) to record it again."
+        )
+    return record
+
+
 def read(path: str | Path, sentinel_path: str | Path | None = None) -> dict[str, Any]:
     """A provenance record after checking its seal (and that it belongs to `sentinel_path`); one clear error otherwise."""
-    record = read_sealed(path, "provenance", ". Fix: rerun the step that writes it (snakemake --forcerun <rule>).")
-    if sentinel_path is not None:
-        try:
-            linked = sha256_file(sentinel_path) == record.get("sentinel_sha256")
-        except FileNotFoundError:
-            linked = False
-        if not linked:
-            raise IntegrityError(
-                f"{path}: provenance of another run of the step than {sentinel_path} (put back or copied). "
-                "Fix: rerun the step (snakemake --forcerun <rule>) to record it again."
-            )
-    return record
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else None
+    if sentinel_path is None:
+        return check(path, data, None)
+    sentinel_path = Path(sentinel_path)
+    sentinel = sentinel_path.read_bytes() if sentinel_path.exists() else b""  # a missing sentinel matches no record
+    return check(path, data, sentinel, sentinel_path)
+
+
+def partial_output_problems(directory: Path, sentinel: dict[str, Any], record: dict[str, Any], names: list[str] | None = None) -> list[str]:
+    """Outputs a sentinel vouches for only in part (JSON without its non-deterministic keys) whose bytes differ from the
+    full sha256 the provenance `record` beside it holds (the non-deterministic part edited, or another run's file put back)."""
+    full = record.get("outputs_sha256") if isinstance(record.get("outputs_sha256"), dict) else {}
+    problems = []
+    for name, output in sentinel["outputs"].items():
+        path = Path(directory) / name
+        if "excluding" not in output or (names is not None and name not in names) or not path.exists():
+            continue
+        if full.get(name) != sha256_file(path):
+            kept = ", ".join(output["excluding"]) if isinstance(output["excluding"], list) else output["excluding"]
+            problems.append(f"{path}: its {kept} differ from the file {Path(directory) / PROVENANCE_NAME} recorded (edited or put back)")
+    return problems

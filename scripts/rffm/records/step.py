@@ -8,7 +8,8 @@
 
 On entry the directory's old sentinel and the temporary files of a killed earlier attempt are
 removed (nothing vouches for a directory while it changes). On a clean exit the provenance file
-(host, times, device: the non-deterministic facts, linked to the sentinel) and then the sentinel
+(host, times, device: the non-deterministic facts, linked to the sentinel; with the full sha256 of
+each output the sentinel vouches for only in part) and then the sentinel
 (only content: its bytes depend on nothing else) are written. An exception writes neither.
 """
 
@@ -19,9 +20,11 @@ from typing import Any
 
 from rffm.records import provenance
 from rffm.records.code import code_digest
-from rffm.records.files import atomic_write_bytes, remove_temporaries, sha256_json
+from rffm.records.files import atomic_write_bytes, remove_temporaries, sha256_file, sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, seal, upstream
+
+IDENTITY_FIELDS = ("schema_version", "stage", "key", "inputs", "params_sha256", "code_sha256")  # Step.identity()'s keys
 
 
 class Step:
@@ -85,7 +88,9 @@ class Step:
     def __exit__(self, exc_type, exc, traceback) -> bool:
         if exc_type is None:
             sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.facts})
-            provenance.write(self.provenance_path, self.provenance_record(), sentinel)
+            # outputs the sentinel vouches for only in part (JSON without non-deterministic keys): their full bytes
+            full = {name: sha256_file(self.out_dir / name) for name, record in self.outputs.items() if "excluding" in record}
+            provenance.write(self.provenance_path, {**self.provenance_record(), **({"outputs_sha256": full} if full else {})}, sentinel)
             self.sentinel = self.out_dir / SENTINEL_NAME
             atomic_write_bytes(self.sentinel, sentinel)
         return False

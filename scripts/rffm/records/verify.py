@@ -14,7 +14,7 @@ from typing import Any
 
 from rffm.data import cache
 from rffm.errors import IntegrityError
-from rffm.records import ledger, provenance
+from rffm.records import ledger, memo, provenance
 from rffm.records.files import sha256_file
 from rffm.records.layout import ARTIFACTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
@@ -36,8 +36,10 @@ def step_problems(sentinel_path: Path) -> list[str]:
     try:
         body = read_sentinel(sentinel_path)
         problems = sentinel_problems(sentinel_path) + link_problems(sentinel_path, body)
-        provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
-        return problems + stored_problems(sentinel_path, body)
+        record = provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
+        named = {problem.split(": ")[0] for problem in problems}  # every problem starts with the file it names
+        partial = [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
+        return problems + partial + stored_problems(sentinel_path, body)
     except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
         return [str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"]
 
@@ -86,16 +88,26 @@ def artifact_problems(results: Path) -> list[str]:
 
 
 def memo_problems(results: Path) -> list[str]:
-    """Memo entries whose files do not match their sentinel (such an entry is never restored, but it is damage)."""
+    """Memo entries whose sentinel, provenance, place or files are wrong (such an entry is never restored, but it is damage)."""
     problems = []
     for sentinel_path in sorted((results / "memo").glob(f"*/*/{SENTINEL_NAME}")):
         try:
-            body = unseal(sentinel_path, sentinel_path.read_bytes(), "memo sentinel")
+            data = sentinel_path.read_bytes()
+            body = unseal(sentinel_path, data, "memo sentinel")
+            provenance.check(sentinel_path.parent / PROVENANCE_NAME, _read(sentinel_path.parent / PROVENANCE_NAME), data, sentinel_path)
+            if memo.folder_of(body) != sentinel_path.parent.relative_to(results).as_posix():
+                problems.append(f"{sentinel_path}: memo sentinel of another entry (moved or copied here); it is never restored")
+                continue
             records = body.get("outputs", {})
             problems += [p for name, record in records.items() if (p := check_record(sentinel_path.parent / name, record))]
-        except (IntegrityError, TypeError, KeyError) as error:
+        except (IntegrityError, TypeError, KeyError, AttributeError) as error:
             problems.append(str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: malformed ({error})")
     return problems
+
+
+def _read(path: Path) -> bytes | None:
+    """A file's bytes, None when it is missing."""
+    return path.read_bytes() if path.exists() else None
 
 
 def launch_problems(results: Path) -> list[str]:
@@ -112,20 +124,34 @@ def launch_problems(results: Path) -> list[str]:
     return problems
 
 
-def cache_memo_problems(results: Path, scratch: Path, config: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(problems, notes) of the hidden-state caches of the planned runs on this machine's scratch."""
+def cache_memo_problems(results: Path, folders: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the hidden-state caches (record folder -> its memo directory on this machine)."""
     problems, notes = [], []
-    for folder in sorted(f for f in planned_steps(config) if f.startswith("caches/")):
+    for folder, memo_dir in sorted(folders.items()):
         record_path = results / folder / SENTINEL_NAME
-        memo_dir = scratch / Path(folder).name
         if not memo_dir.exists() or not record_path.exists():
             notes.append(f"skipped {memo_dir}: no hidden-state cache on this machine (it is rebuilt where an epoch needs it)")
             continue
         try:
             cache.open_memo(memo_dir, cache.recipe(read_sentinel(record_path)), "verify")
-        except IntegrityError as error:
-            problems.append(str(error).removeprefix("verify refuses to start: "))
+        except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
+            problems.append(
+                str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{memo_dir}: {error}"
+            )
     return problems, notes
+
+
+def recorded_caches(results: Path) -> dict[str, Path]:
+    """Cache record folders and where their build kept the cache (its provenance's `memo`, relative to where it ran)."""
+    found = {}
+    for record_path in sorted(results.glob(f"caches/*/{SENTINEL_NAME}")):
+        try:
+            memo_dir = provenance.read(record_path.parent / PROVENANCE_NAME, record_path).get("memo")
+        except IntegrityError:
+            continue  # named by the record's own check
+        if isinstance(memo_dir, str):
+            found[record_path.parent.relative_to(results).as_posix()] = Path(memo_dir)
+    return found
 
 
 def verify_tree(results_dir: str | Path, config: dict[str, Any] | None = None, scratch: str | Path | None = None) -> Report:
@@ -142,12 +168,27 @@ def verify_tree(results_dir: str | Path, config: dict[str, Any] | None = None, s
             continue
         report.checked += 1
         report.broken += step_problems(sentinel_path)
+    for provenance_path in sorted(results.rglob(PROVENANCE_NAME)):  # a step folder whose sentinel is gone
+        folder = provenance_path.parent.relative_to(results).as_posix()
+        if (
+            folder.split("/")[0] not in KEPT
+            and (planned is None or folder in planned)
+            and not (provenance_path.parent / SENTINEL_NAME).exists()
+        ):
+            report.broken.append(
+                f"{provenance_path.parent / SENTINEL_NAME}: missing (deleted, or its step was interrupted); nothing vouches for "
+                f"{provenance_path.parent}. Fix: rerun snakemake."
+            )
     report.broken += ledger_problems(results) + artifact_problems(results) + memo_problems(results) + launch_problems(results)
     scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config else None)
-    if config and scratch is not None:
-        problems, notes = cache_memo_problems(results, scratch, config)
-        report.broken += problems
-        report.notes += notes
-    elif scratch is None:
-        report.notes.append("skipped the hidden-state caches: no config or --scratch says where they are")
+    if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch
+        records = [f for f in planned_steps(config) if f.startswith("caches/")] if config else list(recorded_caches(results))
+        folders = {folder: scratch / Path(folder).name for folder in records}
+    else:  # where each cache record's build kept its cache
+        folders = recorded_caches(results)
+        if not folders:
+            report.notes.append("skipped the hidden-state caches: no config, --scratch or cache record says where they are")
+    problems, notes = cache_memo_problems(results, folders)
+    report.broken += problems
+    report.notes += notes
     return report

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rffm.errors import IntegrityError
+from rffm.records import provenance
 from rffm.records.files import atomic_write_bytes, read_json
-from rffm.records.layout import SENTINEL_NAME
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.step import Step
 
 RULE = "summarize_manifest"
@@ -97,7 +99,12 @@ def run(run_name: str, qualification_dir: str | Path, out_dir: str | Path) -> Pa
     """Render the run manifest (checked against the qualification sentinel) as an HTML table."""
     qualification_dir = Path(qualification_dir)
     with Step(RULE, out_dir, key={"run": run_name}, params={"run": run_name}) as step:
-        step.consume("qualification", qualification_dir / SENTINEL_NAME, ["run_manifest.json"])
+        sentinel = qualification_dir / SENTINEL_NAME
+        body = step.consume("qualification", sentinel, ["run_manifest.json"])
+        # the sentinel vouches for the manifest without its provenance; the provenance file beside it, for the rest
+        record = provenance.read(qualification_dir / PROVENANCE_NAME, sentinel)
+        if problems := provenance.partial_output_problems(qualification_dir, body, record, ["run_manifest.json"]):
+            raise IntegrityError(f"{RULE} refuses to start: {problems[0]}. Fix: restore it, or delete {sentinel} and rerun snakemake.")
         manifest = read_json(qualification_dir / "run_manifest.json")
         atomic_write_bytes(step.out_dir / TABLE, manifest_html(manifest).encode())
         step.output(TABLE)

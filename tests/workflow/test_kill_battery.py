@@ -1,0 +1,105 @@
+"""The kill battery (issue 14, acceptance 2): SIGKILL of the whole workflow right before or right after each
+file select_checkpoint and qualify write, then `snakemake --rerun-incomplete`.
+
+Each point starts from a copy of the finished tiny run with the step's folder (and what it creates in
+the results store) removed, so the step runs as the first time; tests/killpoint/sitecustomize.py kills
+the Snakemake run's process group at the point. Every resume must give the uninterrupted run's bytes
+for every deterministic file and leave no temporary file. (A kill in the middle of an epoch:
+tests/workflow/test_workflow.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, REPO, SNAKEFILE, copy_workdir, snakemake
+from rffm.ops.unlock import clear_stale_lock
+
+pytestmark = pytest.mark.workflow
+RUN = "results/runs/base"
+HOOK = REPO / "tests" / "killpoint"
+
+
+def first_qualification(workdir: Path) -> None:
+    for folder in ("results/ledger", f"{RUN}/qualification", f"{RUN}/report/qualification"):
+        shutil.rmtree(workdir / folder)
+
+
+def first_selection(workdir: Path) -> None:  # a qualified run is frozen at planning: it was never qualified either
+    first_qualification(workdir)
+    shutil.rmtree(workdir / f"{RUN}/selection")
+    shutil.rmtree(workdir / "results/artifacts")
+
+
+def forced_qualification(workdir: Path) -> None:  # the recorded-result path: the ledger entry exists
+    (workdir / f"{RUN}/qualification/sentinel.json").unlink()
+
+
+ARTIFACT = "artifact"  # the selected artifact's name (sha256-<digest>.pt) is read from the finished run
+QUALIFY_FILES = ["base.json", "metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json", "provenance.json"]
+POINTS = [(first_qualification, f"{name}:{when}") for name in [*QUALIFY_FILES, "sentinel.json"] for when in ("before", "after")]
+POINTS += [
+    (first_selection, f"{name}:after") for name in (ARTIFACT, "selection.json", "model_card.json", "provenance.json", "sentinel.json")
+]
+POINTS += [(first_selection, "selection.json:before"), (first_selection, "sentinel.json:before")]
+POINTS += [(forced_qualification, "run_manifest.json:after"), (forced_qualification, "metrics.json:before")]
+
+
+# About 15 s a point: `make test` runs these four; the others are marked slow (`pytest -m slow` runs them).
+EVERYDAY = {
+    ("first_qualification", "base.json:after"),
+    ("first_qualification", "run_manifest.json:before"),
+    ("first_qualification", "sentinel.json:after"),
+    ("first_selection", "sentinel.json:after"),
+}
+
+
+def marked(setup, point: str):
+    """A point as a test case, marked slow unless it is one of the everyday ones."""
+    slow = () if (setup.__name__, point) in EVERYDAY else pytest.mark.slow
+    return pytest.param(setup, point, id=f"{setup.__name__}-{point}", marks=slow)
+
+
+def deterministic_files(workdir: Path) -> dict[str, bytes]:
+    """Every results file but logs and provenance records (times, hosts, pids)."""
+    files = {}
+    for path in sorted((workdir / "results").rglob("*")):
+        relative = path.relative_to(workdir).as_posix()
+        if path.is_file() and not relative.startswith("results/logs/") and path.name != "provenance.json":
+            files[relative] = path.read_bytes()
+    return files
+
+
+@pytest.mark.parametrize("setup, point", [marked(setup, point) for setup, point in POINTS])
+def test_a_kill_at_any_point_resumes_to_the_same_bytes(finished_workdir: Path, tmp_path: Path, setup, point: str):
+    workdir = copy_workdir(finished_workdir, tmp_path / "work")
+    if point.startswith(ARTIFACT):
+        point = point.replace(ARTIFACT, next((finished_workdir / "results/artifacts").iterdir()).name)
+    setup(workdir)
+    mark = tmp_path / "killed"
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")])),
+        "RFFM_KILL_AT": point,
+        "RFFM_KILL_MARK": str(mark),
+    }
+    command = [str(BIN / "snakemake"), "-s", str(SNAKEFILE), "-d", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    if setup is forced_qualification:
+        command += ["--forcerun", "qualify"]
+    killed = subprocess.run([*command, "--cores", "2"], cwd=workdir, env=env, capture_output=True, text=True, start_new_session=True)
+    assert mark.exists(), f"the kill point {point} was never reached ({killed.returncode}):\n{killed.stderr[-3000:]}"
+
+    clear_stale_lock(workdir)
+    snakemake(workdir, "--rerun-incomplete")
+
+    resumed, uninterrupted = deterministic_files(workdir), deterministic_files(finished_workdir)
+    assert sorted(resumed) == sorted(uninterrupted)
+    assert [name for name in resumed if resumed[name] != uninterrupted[name]] == []
+    left = [p for root in ("results", "scratch") for p in (workdir / root).rglob("*.tmp")]
+    assert left == [], left
