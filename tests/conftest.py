@@ -21,7 +21,7 @@ from rffm.steps import build_cache, import_backbone, pretrain_backbone, stage_da
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SNAKEFILE = REPO / "workflow" / "Snakefile"
-TINY = REPO / "tests" / "tiny.yaml"
+TINY = REPO / "config" / "examples" / "tiny.yaml"
 TARGET_RULES = {"final_qualification", "validation_selection"}
 
 
@@ -164,7 +164,7 @@ def sigkill_once_started(command: list[str], cwd: Path, env: dict[str, str], mar
         process.wait()
 
 
-# The traces a profiled run publishes (tests/tiny.yaml profiles 2 batches): the cache build, epochs 1 and 2.
+# The traces a profiled run publishes (config/examples/tiny.yaml profiles 2 batches): the cache build, epochs 1 and 2.
 PROFILED_TRACES = [
     "cache_build.trace.json",
     "epoch1_train.trace.json",

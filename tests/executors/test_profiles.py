@@ -16,7 +16,7 @@ import pytest
 import yaml
 from batch_support import create_bucket, gcs_emulator, make_checkout, profile_env
 
-from conftest import BIN, REPO, TINY, plan_of
+from conftest import BIN, REPO, plan_of
 
 TINY_JOBS = sorted(
     ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
@@ -102,10 +102,6 @@ def test_the_literal_commands_plan_the_workflow_after_setup(tmp_path: Path, emul
 def default_checkout(tmp_path_factory) -> Path:
     """A user's checkout with the shipped config/config.yaml (the default workflow) and config/examples/tiny.yaml."""
     return make_checkout(tmp_path_factory.mktemp("checkout"), yaml.safe_load((REPO / "config/config.yaml").read_text()))
-
-
-def test_the_tiny_example_is_the_tiny_test_config():
-    assert yaml.safe_load((REPO / "config/examples/tiny.yaml").read_text()) == yaml.safe_load(TINY.read_text())
 
 
 @pytest.mark.parametrize("profile", [None, "slurm", "gcp-batch"])

@@ -29,7 +29,7 @@ def changed(change: Callable[[dict], object]) -> Callable[[Path], str]:
 
 
 def edited(old: str, new: str) -> Callable[[Path], str]:
-    """tests/tiny.yaml with one text edit (for what a mapping cannot hold: a key written twice)."""
+    """config/examples/tiny.yaml with one text edit (for what a mapping cannot hold: a key written twice)."""
     return lambda workdir: TINY.read_text().replace(old, new, 1)
 
 

@@ -30,7 +30,7 @@ FIGURES = [
     "qualification/confusion_matrix.png",
     "qualification/metrics.json",
     "report/qualification/manifest_summary.html",
-    "report/profiling/cache_lifecycle.png",  # the tiny run is profiled (tests/tiny.yaml)
+    "report/profiling/cache_lifecycle.png",  # the tiny run is profiled (config/examples/tiny.yaml)
 ]
 SUMMARY = {
     "schema_version": 1,
