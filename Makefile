@@ -62,7 +62,7 @@ if wanted == "cpu" and cuda:
 endef
 export torch_check
 
-.PHONY: setup run test lint floor docs clean torch-choice
+.PHONY: setup run test lint floor compare docs clean torch-choice
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,10 +107,13 @@ lint: setup
 	$(BIN)/snakefmt --check workflow
 	$(BIN)/ruff check scripts tests
 
-# The default run next to the same head on a frozen, randomly initialized backbone (the floor).
+# The default run between its floor (the same head on a frozen, randomly initialized backbone) and its
+# ceiling (a standard CNN trained end to end on the same splits): floor | frozen backbone | end-to-end.
 floor: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml $(RUN_CONFIG)
-	$(BIN)/rffm status results --config config/config.yaml config/examples/random_floor.yaml
+	$(BIN)/rffm compare results --config config/config.yaml config/examples/random_floor.yaml
+
+compare: floor
 
 # Regenerate config/REFERENCE.md from the config schema.
 docs: setup

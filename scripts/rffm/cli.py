@@ -127,6 +127,21 @@ def qualify(args: argparse.Namespace) -> None:
     print(f"run manifest: {Path(sentinel).parent / 'run_manifest.json'}")
 
 
+def train_reference(args: argparse.Namespace) -> None:
+    _torch(args)
+    from rffm.steps import train_reference
+
+    train_reference.run(args.spec, args.dataset_dir, args.out_dir, store=args.store)
+
+
+def qualify_reference(args: argparse.Namespace) -> None:
+    _torch(args)
+    from rffm.steps import qualify_reference
+
+    sentinel = qualify_reference.run(args.spec, args.selection_dir, args.dataset_dir, args.out_dir, source=args.source, store=args.store)
+    print(f"run manifest: {Path(sentinel).parent / 'run_manifest.json'}")
+
+
 def plot_training(args: argparse.Namespace) -> None:
     from rffm.steps import plot_training
 
@@ -151,7 +166,25 @@ def plot_cache_lifecycle(args: argparse.Namespace) -> None:
     plot_cache_lifecycle.run(args.run, args.summary, args.out_dir)
 
 
+def plot_comparison(args: argparse.Namespace) -> None:
+    from rffm.steps import plot_comparison
+
+    plot_comparison.run(args.results_dir, args.runs, args.out_dir)
+
+
 # ---- everyday commands ----
+
+
+def compare(args: argparse.Namespace) -> int:
+    from rffm.config import for_results
+    from rffm.ops.compare import collect, render
+
+    rows = collect(args.results_dir, for_results(args.results_dir, args.config))
+    if not rows:
+        print(f"no qualified runs or references under {args.results_dir}/runs")
+        return 1
+    print(render(rows))
+    return 0
 
 
 def status(args: argparse.Namespace) -> int:
@@ -351,6 +384,16 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--launch-profile", help="name of the profile this launch recorded under runs/<run>/launch/")
     backbone_pass(sub)
     store_option(sub)
+    text = "Train an end-to-end reference CNN from scratch; select its epoch on val into an immutable artifact."
+    sub = verb(train_reference, text, "references", True, "--dataset-dir", "--out-dir")
+    store_option(sub)
+    text = "Evaluate an end-to-end reference's selected CNN once on the test split; write its manifest."
+    sub = verb(qualify_reference, text, "references", True, "--selection-dir", "--dataset-dir", "--out-dir")
+    sub.add_argument("--source", type=_json, required=True, help="what the selection came from (recorded in the ledger entry)")
+    store_option(sub)
+    text = "Plot the floor | frozen backbone | end-to-end comparison of the qualified runs."
+    sub = verb(plot_comparison, text, "", False, "--results-dir", "--out-dir")
+    sub.add_argument("--runs", nargs="+", required=True, help="the qualified runs and references to compare")
     text = "Plot training curves and selection evidence from sentinels."
     sub = verb(plot_training, text, "", False, "--run", "--selection-dir", "--out-dir")
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
@@ -361,6 +404,10 @@ def parser() -> argparse.ArgumentParser:
     store_option(sub)
     verb(plot_cache_lifecycle, "Plot a profiled run's cache lifecycle summary.", "", False, "--run", "--summary", "--out-dir")
 
+    text = "Floor (random backbone) | frozen backbone | end-to-end reference: test accuracy, high-SNR accuracy, macro-F1, wall time."
+    sub = verb(compare, text)
+    sub.add_argument("results_dir", nargs="?", default="results")
+    config_option(sub)
     sub = verb(status, "Show every run's progress and results (reads sentinels only).")
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)

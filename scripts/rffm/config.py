@@ -279,6 +279,12 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
             if key in run and run[key] not in config.get(table, {}):
                 defined = ", ".join(sorted(config.get(table, {}))) or "none"
                 problems.append(f"runs.{name}.{key}: {run[key]!r} is not defined under {table} (defined: {defined})")
+    for name, reference in config.get("references", {}).items():
+        if name in config.get("runs", {}):
+            problems.append(f"references.{name}: the id is also a run's; a reference is qualified under its own id. Fix: rename one")
+        if reference.get("dataset") not in config.get("datasets", {}):
+            defined = ", ".join(sorted(config.get("datasets", {}))) or "none"
+            problems.append(f"references.{name}.dataset: {reference.get('dataset')!r} is not defined under datasets (defined: {defined})")
     return problems
 
 
@@ -339,6 +345,11 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
         if arch["dim"] % arch["heads"]:
             divisors = [str(d) for d in range(1, min(arch["dim"], 256) + 1) if arch["dim"] % d == 0]
             problems.append(f"{where}.heads: {arch['heads']} does not divide dim {arch['dim']}. Fix: use one of {', '.join(divisors)}")
+        if arch["output_layers"] > arch["depth"] + 1:
+            problems.append(
+                f"{where}.output_layers: {arch['output_layers']} exceeds depth + 1 = {arch['depth'] + 1} (the embedding and "
+                f"each block). Fix: use 1 to {arch['depth'] + 1}"
+            )
         readers = [spec.get("dataset")] + [run["dataset"] for run in config["runs"].values() if run["backbone"] == name]
         for dataset in dict.fromkeys(d for d in readers if d in config["datasets"]):
             known = signal_length(config["datasets"][dataset])

@@ -46,3 +46,27 @@ def test_tampered_weights_are_refused(tmp_path: Path):
 def test_invalid_arch_is_a_config_error():
     with pytest.raises(ConfigError, match="multiple of patch"):
         backbone.IQPatchTransformer(backbone.BackboneArch(length=60, patch=16))
+
+
+def test_rf_stem_is_blind_to_carrier_phase_and_outputs_several_layers():
+    arch = backbone.BackboneArch(length=64, patch=8, dim=16, depth=2, heads=2, stem="rf", output_layers=3)
+    model = backbone.build(arch, seed=0).eval()
+    iq = torch.randn(4, 2, 64)
+    rotated = torch.stack([iq[:, 0] * 0.6 - iq[:, 1] * 0.8, iq[:, 0] * 0.8 + iq[:, 1] * 0.6], dim=1)  # e^{j 53.13 deg}
+    with torch.no_grad():
+        hidden = model(iq)
+        assert hidden.shape == (4, 3, 8, 16)
+        assert torch.allclose(model(rotated), hidden, atol=1e-4)
+        assert torch.equal(hidden[:, -1], backbone.build(backbone.BackboneArch(**{**arch.__dict__, "output_layers": 1}), 0)(iq))
+
+
+def test_hidden_states_of_kept_tokens_only():
+    model = backbone.build(ARCH, seed=0).eval()
+    layers = model.hidden_states(torch.randn(2, 2, 64), keep=torch.tensor([[0, 2], [3, 1]]))
+    assert len(layers) == ARCH.depth + 1 and all(layer.shape == (2, 2, 16) for layer in layers)
+
+
+@pytest.mark.parametrize("change", [{"stem": "spectrogram"}, {"output_layers": 3}])
+def test_unknown_stem_or_too_many_output_layers_is_a_config_error(change):
+    with pytest.raises(ConfigError, match="stem must be one of"):
+        backbone.IQPatchTransformer(backbone.BackboneArch(**{**ARCH.__dict__, **change}))

@@ -198,3 +198,22 @@ def test_profiling_publishes_chrome_traces_and_the_lifecycle_summary(results, tm
     # profiling never changes results
     train_one_epoch(SPEC, record_dir, 1, None, tmp_path / "plain1", scratch, memo_store=tmp_path / "no-memo")
     assert (tmp_path / "plain1/checkpoint.pt").read_bytes() == (epochs / "1/checkpoint.pt").read_bytes()
+
+
+def test_a_multi_layer_backbone_caches_every_output_layer(results, tmp_path: Path):
+    tree = tmp_path / "results"
+    shutil.copytree(results / "datasets", tree / "datasets")
+    spec = {**BACKBONE, "source": "pretrain", "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2}, "pretrain": {"epochs": 1}}
+    make_backbone(spec, tree / "datasets/t", tree / "backbones/b")
+    cache_build(tree / "datasets/t", tree / "backbones/b", tree / "caches/t__b", tmp_path / "scratch", batch_size=7)
+    splits, meta = open_built(tree / "caches/t__b", tmp_path / "scratch/t__b")
+    train = read_split(tree / "datasets/t/train.h5")
+    assert meta["shapes"]["train"] == [len(train["label"]), 2, 4, 16]
+    with torch.no_grad():
+        expected = backbone.load(tree / "backbones/b/backbone.pt")(torch.from_numpy(train["iq"])).to(torch.bfloat16).float()
+    assert torch.equal(splits["train"].gather(np.arange(len(train["label"])))[0], expected)
+
+
+def test_the_disk_budget_counts_every_cached_layer():
+    one = cache.cache_bytes({"train": 1000}, tokens=16, dim=64)
+    assert cache.cache_bytes({"train": 1000}, tokens=16, dim=64, layers=4) - one == 3 * 1000 * 16 * 64 * 2

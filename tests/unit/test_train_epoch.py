@@ -106,3 +106,15 @@ def test_a_diverged_epoch_stops_and_leaves_no_sentinel(cache_dir: Path, tmp_path
     with pytest.raises(ConfigError, match=r"diverged.*Fix: lower runs\.r\.train\.lr"):
         epoch(spec, cache_dir, 1, None, tmp_path / "d/1")
     assert not (tmp_path / "d/1/sentinel.json").exists()
+
+
+def test_a_multi_layer_cache_trains_a_layer_mixing_head(tmp_path: Path):
+    root = tmp_path
+    stage(DATASET, root / "results/datasets/t")
+    spec = {**BACKBONE, "source": "pretrain", "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2}, "pretrain": {"epochs": 1}}
+    make_backbone(spec, root / "results/datasets/t", root / "results/backbones/b")
+    cache_build(root / "results/datasets/t", root / "results/backbones/b", root / "results/caches/t__b", root / "scratch")
+    metrics = run(root / "results/caches/t__b", tmp_path / "run", 3)
+    assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
+    checkpoint = __import__("torch").load(tmp_path / "run/3/checkpoint.pt", weights_only=True)
+    assert checkpoint["head_config"]["layers"] == 2 and "layer_weights" in checkpoint["head"]

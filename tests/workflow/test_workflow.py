@@ -128,3 +128,22 @@ def test_profiling_run_writes_traces_and_the_lifecycle_summary(finished_workdir:
     assert summary["run"] == "base" and summary["traces"] == traces
     assert {"cache_build.backbone", "cache_build.memmap_assign", "epoch1.prefetch_wait", "epoch2.memmap_read"} <= set(summary["phases"])
     assert not (finished_workdir / "results/runs/base/epochs/3/profiling").exists()
+
+
+def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(workdir: Path):
+    config = tiny_config()
+    train = {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}
+    config["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train}}
+    write_config(workdir, config)
+    assert planned_jobs(workdir) == ["plot_comparison", "qualify_reference[reference=cnn]", "train_reference[reference=cnn]"]
+    snakemake(workdir)
+    assert planned_jobs(workdir) == []
+    shown = subprocess.run(
+        [str(BIN / "rffm"), "compare", "results", "--config", "config.yaml"], cwd=workdir, capture_output=True, text=True, check=True
+    ).stdout
+    roles = [line.split()[:3] for line in shown.splitlines()[1:3]]
+    assert roles == [["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]]
+    assert (workdir / "results/report/comparison/comparison.png").stat().st_size > 0
+    command = [str(BIN / "rffm"), "status", "results", "--config", "config.yaml"]
+    status = subprocess.run(command, cwd=workdir, capture_output=True, text=True).stdout
+    assert ["cnn", "qualified", "2/2"] in [line.split()[:3] for line in status.splitlines()]

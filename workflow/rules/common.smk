@@ -55,6 +55,9 @@ STEPS = (
     "summarize_manifest",
     "summarize_profiling",
     "plot_cache_lifecycle",
+    "train_reference",
+    "qualify_reference",
+    "plot_comparison",
 )
 # A tracked param per step: the digest of its rffm.steps module and what that imports, so an edit reruns it.
 CODE = {rule: code_digest(f"steps.{rule}") for rule in STEPS}
@@ -73,6 +76,7 @@ wildcard_constraints:
     dataset=names_pattern(config["datasets"]),
     backbone=names_pattern(config["backbones"]),
     run=names_pattern(config["runs"]),
+    reference=names_pattern(config["references"]),
     epoch=r"[1-9][0-9]*",
 
 
@@ -475,6 +479,77 @@ def all_validation_reports():
 
 def all_final_reports():
     return [f for run in config["runs"] for f in final_reports(run)]
+
+
+# ---- end-to-end references (rules/reference.smk) ----
+
+
+def reference_spec(wildcards):
+    return as_json(
+        {"run": wildcards.reference, **config["references"][wildcards.reference]}
+    )
+
+
+def reference_train_inputs(wildcards):
+    dataset = config["references"][wildcards.reference]["dataset"]
+    return {
+        "dataset": dataset_file(dataset, "sentinel.json"),
+        "splits": ancient(
+            [dataset_file(dataset, split_file(s)) for s in ("train", "val")]
+        ),
+    }
+
+
+def reference_qualify_inputs(wildcards):
+    refuse_changed_qualified_run(wildcards.reference)
+    dataset = config["references"][wildcards.reference]["dataset"]
+    return {
+        "selection": run_file(wildcards.reference, "selection/sentinel.json"),
+        "selection_files": ancient(
+            [
+                run_file(wildcards.reference, f"selection/{n}")
+                for n in ("selection.json", "history.json", "provenance.json")
+            ]
+        ),
+        "dataset": dataset_file(dataset, "sentinel.json"),
+        "test": ancient(dataset_file(dataset, split_file("test"))),
+        "records": ancient(dataset_file(dataset, "provenance.json")),
+    }
+
+
+def all_reference_manifests():
+    return [
+        run_file(r, "qualification/run_manifest.json") for r in config["references"]
+    ]
+
+
+COMPARISON = f"{RESULTS}/report/comparison/comparison.png"
+
+
+def comparison_reports():
+    """The floor | frozen | end-to-end figure, once the config has an end-to-end reference to compare with."""
+    return [COMPARISON] if config["references"] else []
+
+
+def comparison_inputs(wildcards):
+    """Every qualified result, and the records its wall time is summed from."""
+    names = [*config["runs"], *config["references"]]
+    timings = [
+        run_file(n, f"{step}/provenance.json")
+        for n in names
+        for step in ("selection", "qualification")
+    ]
+    for run, cfg in config["runs"].items():
+        timings += [backbone_file(cfg["backbone"], "provenance.json")]
+        timings += [cache_file(cfg["dataset"], cfg["backbone"], "provenance.json")]
+        timings += [epoch_file(run, e, "provenance.json") for e in run_epochs(run)]
+    return {
+        "qualifications": [run_file(n, "qualification/sentinel.json") for n in names],
+        "manifests": ancient(
+            [run_file(n, "qualification/run_manifest.json") for n in names]
+        ),
+        "timings": ancient(timings),
+    }
 
 
 # ---- when the workflow starts executing (never on -n or --lint) ----

@@ -8,6 +8,7 @@ localrules:
     summarize_manifest,
     summarize_profiling,
     plot_cache_lifecycle,
+    plot_comparison,
 
 
 rule plot_training:
@@ -122,4 +123,32 @@ rule plot_cache_lifecycle:
         out_dir=output_dir("sentinel"),
     shell:
         "rffm plot_cache_lifecycle --run {wildcards.run} --summary {input.summary}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule plot_comparison:
+    input:
+        unpack(comparison_inputs),
+    output:
+        figure=report(
+            COMPARISON,
+            caption="../report/comparison.rst",
+            category="comparison",
+            labels={"figure": "floor | frozen backbone | end-to-end"},
+        ),
+        table=f"{RESULTS}/report/comparison/comparison.json",
+        provenance=f"{RESULTS}/report/comparison/provenance.json",
+        sentinel=f"{RESULTS}/report/comparison/sentinel.json",
+    log:
+        f"{RESULTS}/logs/plot_comparison.log",
+    params:
+        code=CODE["plot_comparison"],
+        runs=" ".join([*config["runs"], *config["references"]]),
+        # results/ as the job sees it (local copies under a storage provider): above runs/<name>/qualification/
+        results_dir=lambda wildcards, input: os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.dirname(input.qualifications[0])))
+        ),
+        out_dir=output_dir("sentinel"),
+    shell:
+        "rffm plot_comparison --results-dir {params.results_dir} --runs {params.runs}"
         " --out-dir {params.out_dir} > {log} 2>&1"

@@ -72,15 +72,15 @@ def human_bytes(count: float) -> str:
     return f"{count:.1f} TiB"
 
 
-def cache_bytes(counts: dict[str, int], tokens: int, dim: int, block: int = 4096) -> int:
-    """Disk space every file of a cache takes, each rounded up to whole filesystem blocks."""
+def cache_bytes(counts: dict[str, int], tokens: int, dim: int, block: int = 4096, layers: int = 1) -> int:
+    """Disk space every file of a cache takes (`layers` hidden states per token), each rounded up to whole filesystem blocks."""
 
     def blocks(size: int) -> int:
         return -(-size // block) * block
 
     total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
     for count in counts.values():
-        total += blocks(count * tokens * dim * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
+        total += blocks(count * layers * tokens * dim * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
     return total
 
 
@@ -337,7 +337,7 @@ def build(
     for split in CACHED_SPLITS:
         path = directory / hidden_file(split)
         with phases.phase("preallocation"):
-            target = preallocate(path, (counts[split], arch.tokens, arch.dim))
+            target = preallocate(path, (counts[split], *arch.feature_shape))
         stats[split], digest = cache_split(model, dataset_dir / split_file(split), target, controller, phases, tracer, progress, device)
         with phases.phase("fsync"):
             del target
@@ -358,7 +358,7 @@ def build(
         "backbone_fingerprint": model.fingerprint,
         "classes": classes,
         "dtype": "bfloat16",
-        "shapes": {split: [counts[split], arch.tokens, arch.dim] for split in CACHED_SPLITS},
+        "shapes": {split: [counts[split], *arch.feature_shape] for split in CACHED_SPLITS},
     }
     atomic_write_json(directory / "meta.json", meta)
     outputs["meta.json"] = file_record(directory / "meta.json")
@@ -423,7 +423,8 @@ def ensure(
     shapes = record["cache"]["shapes"]
     if options["disk_headroom"] > 0 and memo_recipe(directory) != recipe(record):
         counts = {split: shapes[split][0] for split in CACHED_SPLITS}
-        needed = cache_bytes(counts, shapes["train"][1], shapes["train"][2])
+        *layers, tokens, dim = shapes["train"][1:]  # [N, T, D], or [N, layers, T, D]
+        needed = cache_bytes(counts, tokens, dim, layers=int(np.prod(layers)))
         check_disk_budget(directory.parent, needed, options["disk_headroom"])
 
     def build_into(target: Path) -> dict[str, Any]:

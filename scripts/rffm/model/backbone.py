@@ -1,4 +1,10 @@
-"""The frozen RF backbone: a small transformer over IQ patches, and its fingerprint."""
+"""The frozen RF backbone: a small transformer over IQ patches, and its fingerprint.
+
+Stems: `iq` embeds raw IQ patches linearly; `rf` first computes phase-invariant features per
+sample from the low-passed signal (envelope, lag-1 product, and the lag-`patch` product with its
+phase multiplied by 1, 2 and 4) and embeds patches of those. With `output_layers` k > 1 the model
+returns the last k of [embedding, block 1, ..., last block (normed)] stacked: [B, k, T, D].
+"""
 
 from __future__ import annotations
 
@@ -25,10 +31,57 @@ class BackboneArch:
     depth: int = 3
     heads: int = 4
     mlp_ratio: int = 2
+    stem: str = "iq"  # iq: raw IQ patches; rf: phase-invariant RF features (module docstring)
+    output_layers: int = 1  # hidden states returned per token: the last k of depth + 1
 
     @property
     def tokens(self) -> int:
         return self.length // self.patch
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        """Shape of one example's output: [T, D], or [k, T, D] with several output layers."""
+        layers = (self.output_layers,) if self.output_layers > 1 else ()
+        return (*layers, self.tokens, self.dim)
+
+
+STEM_CHANNELS = {"iq": 2, "rf": 9}
+LOWPASS_CUTOFF = 0.08  # cycles/sample: about the band edge of RML-style signals at 8 samples/symbol; cuts most of the noise
+LOWPASS_TAPS = 23
+
+
+def lowpass_matrix(length: int, cutoff: float = LOWPASS_CUTOFF, count: int = LOWPASS_TAPS) -> torch.Tensor:
+    """[L, L] matrix of a Hann-windowed sinc low-pass FIR with unit DC gain ('same' zero-padded convolution)."""
+    n = torch.arange(count, dtype=torch.float64) - (count - 1) / 2
+    window = torch.hann_window(count + 2, periodic=False, dtype=torch.float64)[1:-1]
+    taps = torch.sinc(2 * cutoff * n) * window
+    taps = taps / taps.sum()
+    offset = torch.arange(length).view(-1, 1) - torch.arange(length).view(1, -1) + (count - 1) // 2  # [input, output]
+    inside = (offset >= 0) & (offset < count)
+    return torch.where(inside, taps[offset.clamp(0, count - 1)], 0.0).float()
+
+
+def lag_product(i: torch.Tensor, q: torch.Tensor, lag: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Real and imaginary parts of z[n] conj(z[n - lag]), zero for n < lag."""
+    real = i[:, lag:] * i[:, :-lag] + q[:, lag:] * q[:, :-lag]
+    imag = q[:, lag:] * i[:, :-lag] - i[:, lag:] * q[:, :-lag]
+    return F.pad(real, (lag, 0)), F.pad(imag, (lag, 0))
+
+
+def rf_features(iq: torch.Tensor, lag: int, lowpass: torch.Tensor) -> torch.Tensor:
+    """[B, 2, L] -> [B, 9, L] carrier-phase-invariant features of the low-passed signal."""
+    smooth = iq @ lowpass
+    i, q = smooth[:, 0], smooth[:, 1]
+    channels = [torch.sqrt(i * i + q * q)]
+    for k, powers in ((1, (1,)), (lag, (1, 2, 4))):
+        real, imag = lag_product(i, q, k)
+        magnitude = torch.sqrt(real * real + imag * imag).clamp_min(1e-12)
+        cos, sin, scale = real / magnitude, imag / magnitude, magnitude.sqrt()
+        for power in (1, 2, 4):
+            if power in powers:
+                channels += [cos * scale, sin * scale]
+            cos, sin = cos * cos - sin * sin, 2 * cos * sin  # double the phase
+    return torch.stack(channels, dim=1)
 
 
 class Block(nn.Module):
@@ -58,8 +111,11 @@ class IQPatchTransformer(nn.Module):
         super().__init__()
         if arch.length % arch.patch or arch.dim % arch.heads:
             raise ConfigError(f"backbone arch: length must be a multiple of patch and dim of heads; got {asdict(arch)}")
+        if arch.stem not in STEM_CHANNELS or not 1 <= arch.output_layers <= arch.depth + 1:
+            raise ConfigError(f"backbone arch: stem must be one of {sorted(STEM_CHANNELS)}, output_layers 1..depth+1; got {asdict(arch)}")
         self.arch = arch
-        self.embed = nn.Linear(2 * arch.patch, arch.dim)
+        self.embed = nn.Linear(STEM_CHANNELS[arch.stem] * arch.patch, arch.dim)
+        self.register_buffer("lowpass", lowpass_matrix(arch.length), persistent=False)
         self.position = nn.Parameter(torch.zeros(1, arch.tokens, arch.dim))
         self.mask_token = nn.Parameter(torch.zeros(1, 1, arch.dim))
         self.blocks = nn.ModuleList(Block(arch.dim, arch.heads, arch.mlp_ratio) for _ in range(arch.depth))
@@ -67,21 +123,39 @@ class IQPatchTransformer(nn.Module):
         nn.init.normal_(self.position, std=0.02)
         nn.init.normal_(self.mask_token, std=0.02)
 
-    def patchify(self, iq: torch.Tensor) -> torch.Tensor:
-        """[B, 2, L] unit-RMS IQ -> [B, T, 2*patch] patches."""
-        batch = iq.shape[0]
-        return iq.view(batch, 2, self.arch.tokens, self.arch.patch).permute(0, 2, 1, 3).reshape(batch, self.arch.tokens, -1)
+    def patchify(self, signal: torch.Tensor) -> torch.Tensor:
+        """[B, C, L] per-sample channels -> [B, T, C*patch] patches."""
+        batch, channels = signal.shape[:2]
+        return signal.view(batch, channels, self.arch.tokens, self.arch.patch).permute(0, 2, 1, 3).reshape(batch, self.arch.tokens, -1)
 
-    def forward(self, iq: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def stem(self, iq: torch.Tensor) -> torch.Tensor:
+        """[B, 2, L] IQ -> [B, C, L] per-sample stem channels (unit-RMS IQ, or its RF features)."""
+        iq = normalize(iq)
+        return rf_features(iq, self.arch.patch, self.lowpass) if self.arch.stem == "rf" else iq
+
+    def hidden_states(self, iq: torch.Tensor, mask: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """[embedding, block 1, ..., last block (normed)], each [B, T, D]; `mask` replaces tokens, `keep` [B, K] runs only those."""
         if iq.shape[-1] != self.arch.length:
             raise ConfigError(f"backbone expects IQ of length {self.arch.length}, got {iq.shape[-1]}")
-        tokens = self.embed(self.patchify(normalize(iq)))
+        tokens = self.embed(self.patchify(self.stem(iq)))
         if mask is not None:
             tokens = torch.where(mask.unsqueeze(-1), self.mask_token.expand_as(tokens), tokens)
         hidden = tokens + self.position
+        if keep is not None:
+            hidden = torch.gather(hidden, 1, keep.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        layers = [hidden]
         for block in self.blocks:
             hidden = block(hidden)
-        return self.norm(hidden)
+            layers.append(hidden)
+        layers[-1] = self.norm(hidden)
+        return layers
+
+    def forward(self, iq: torch.Tensor) -> torch.Tensor:
+        """Hidden states [B, T, D], or [B, k, T, D] of the last k = output_layers layers."""
+        layers = self.hidden_states(iq)
+        if self.arch.output_layers == 1:
+            return layers[-1]
+        return torch.stack(layers[-self.arch.output_layers :], dim=1)
 
 
 def normalize(iq: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Self-supervised pretraining of the backbone on IQ only: masked-patch reconstruction, plus agreement of channel views."""
+"""Self-supervised pretraining of the backbone on IQ only: segment contrastive (default) or masked-patch reconstruction."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rffm.errors import ConfigError
 from rffm.model import backbone
 from rffm.runtime.progress import Progress
 
-OBJECTIVES = ("masked_patch", "masked_patch+contrastive")
+OBJECTIVES = ("segment_contrastive", "masked_patch", "masked_patch+contrastive")
 
 
 def random_mask(batch: int, tokens: int, ratio: float, generator: torch.Generator) -> torch.Tensor:
@@ -27,22 +27,25 @@ def masked_patch_loss(
     model: backbone.IQPatchTransformer, decoder: nn.Module, iq: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MSE of reconstructed (unit-RMS) patches at the masked token positions; also returns the hidden states."""
-    hidden = model(iq, mask=mask)
+    hidden = model.hidden_states(iq, mask=mask)[-1]
     target = model.patchify(backbone.normalize(iq))
     return F.mse_loss(decoder(hidden[mask]), target[mask]), hidden
 
 
-def channel_view(iq: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A label-preserving random view: phase rotation, small CFO, time shift, extra noise."""
+def channel_view(iq: torch.Tensor, generator: torch.Generator, max_shift: int) -> torch.Tensor:
+    """A label-preserving random view: phase rotation, small CFO, circular time shift (per example), extra noise."""
     batch, _, length = iq.shape
-    signal = torch.complex(iq[:, 0], iq[:, 1])
+    time = torch.arange(length)
     phase = 2 * math.pi * torch.rand(batch, 1, generator=generator)
     cfo = (torch.rand(batch, 1, generator=generator) - 0.5) * 2e-3
-    signal = signal * torch.exp(1j * (phase + 2 * math.pi * cfo * torch.arange(length)))
-    signal = torch.roll(signal, int(torch.randint(0, length // 4, (1,), generator=generator)), dims=1)
-    noise = torch.complex(torch.randn(batch, length, generator=generator), torch.randn(batch, length, generator=generator))
-    signal = signal + 0.3 * torch.rand(batch, 1, generator=generator) * noise / math.sqrt(2)
-    return torch.stack([signal.real, signal.imag], dim=1).float()
+    angle = phase + 2 * math.pi * cfo * time
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    i, q = iq[:, 0] * cos - iq[:, 1] * sin, iq[:, 0] * sin + iq[:, 1] * cos
+    shift = torch.randint(0, max_shift, (batch, 1), generator=generator)
+    rolled = (time - shift) % length
+    noise = torch.stack([torch.randn(batch, length, generator=generator), torch.randn(batch, length, generator=generator)], dim=1)
+    level = 0.3 * torch.rand(batch, 1, 1, generator=generator) / math.sqrt(2)
+    return torch.stack([torch.gather(i, 1, rolled), torch.gather(q, 1, rolled)], dim=1) + level * noise
 
 
 def contrastive_loss(first: torch.Tensor, second: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -55,8 +58,28 @@ def contrastive_loss(first: torch.Tensor, second: torch.Tensor, temperature: flo
     return F.cross_entropy(similarity, targets)
 
 
+def token_halves(batch: int, tokens: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Two disjoint random halves of each row's token positions, as index tensors [batch, tokens // 2]."""
+    order = torch.rand(batch, tokens, generator=generator).argsort(dim=1)
+    half = tokens // 2
+    return [order[:, :half], order[:, half : 2 * half]]
+
+
+def segment_contrastive_loss(model, projector, iq, options, generator, device) -> torch.Tensor:
+    """NT-Xent between two channel views of each example, each seen through a disjoint random half of its tokens.
+
+    The halves share the modulation and the channel but not the symbols, so the pooled embedding learns what
+    stays constant along a signal rather than what it carries.
+    """
+    embeddings = []
+    for keep in token_halves(len(iq), model.arch.tokens, generator):
+        view = channel_view(iq, generator, model.arch.patch).to(device)
+        embeddings.append(projector(model.hidden_states(view, keep=keep.to(device))[-1].mean(dim=1)))
+    return contrastive_loss(*embeddings, options["temperature"])
+
+
 def pretraining_loss(model, decoder, projector, iq, options, generator, device=torch.device("cpu")) -> torch.Tensor:
-    """Masked-patch reconstruction, plus (by default) agreement between two masked channel views.
+    """The configured self-supervised objective (labels are never an input).
 
     Random draws come from a CPU generator (reproducible on any device); only the model runs on `device`.
     """
@@ -65,9 +88,11 @@ def pretraining_loss(model, decoder, projector, iq, options, generator, device=t
     def mask() -> torch.Tensor:
         return random_mask(len(iq), tokens, options["mask_ratio"], generator).to(device)
 
+    if options["objective"] == "segment_contrastive":
+        return segment_contrastive_loss(model, projector, iq, options, generator, device)
     if options["objective"] == "masked_patch":
         return masked_patch_loss(model, decoder, iq.to(device), mask())[0]
-    views = [channel_view(iq, generator).to(device) for _ in range(2)]
+    views = [channel_view(iq, generator, model.arch.length // 4).to(device) for _ in range(2)]
     losses, embeddings = [], []
     for view in views:
         loss, hidden = masked_patch_loss(model, decoder, view, mask())
@@ -79,13 +104,15 @@ def pretraining_loss(model, decoder, projector, iq, options, generator, device=t
 def pretrain_weights(
     arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any], device: torch.device | str = "cpu"
 ) -> tuple[backbone.IQPatchTransformer, list[float]]:
-    """Masked-patch reconstruction on IQ only (labels never seen); returns the model and epoch losses.
+    """Self-supervised pretraining on IQ only (labels never seen); returns the model and epoch losses.
 
     `iq` may be a memory map (dataset.map_iq): each batch is gathered from it, so a train split larger
     than RAM pretrains without being loaded.
     """
     if options["objective"] not in OBJECTIVES:
         raise ConfigError(f"backbones.*.pretrain.objective: {options['objective']!r}; choose one of {OBJECTIVES}")
+    if options["objective"] == "segment_contrastive" and arch.tokens < 2:
+        raise ConfigError(f"backbones.*.pretrain: segment_contrastive needs at least 2 tokens (length / patch); got {arch.tokens}")
     seed = int(options["seed"])
     model = backbone.build(arch, seed)
     torch.manual_seed(seed)

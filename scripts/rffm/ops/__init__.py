@@ -1,1 +1,1 @@
-"""Everyday operations over a results tree: status, prune, unlock, posttrain, the config reference."""
+"""Everyday operations over a results tree: status, compare, prune, unlock, posttrain, the config reference."""

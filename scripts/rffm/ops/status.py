@@ -113,6 +113,8 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
     qualification_sentinel = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
     selection = selection_sentinel["selection"] if selection_sentinel else None
     qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
+    if selection and selection.get("kind") == "end_to_end":  # a reference: its epochs are the selection's candidates
+        epochs = [{"epoch": c["epoch"], selection["metric"]: c[selection["metric"]]} for c in selection["candidates"]]
     rule = {"metric": selection["metric"], "mode": selection["mode"]} if selection else plan.get("selection")
     best = best_epoch(epochs, rule) if rule else None
     manifest = run_dir / "qualification/run_manifest.json"
@@ -138,7 +140,7 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
 def collect(results_dir: str | Path, config: dict[str, Any] | None = None, full: bool = False) -> list[dict[str, Any]]:
     """Status of every configured run (started or not); without a config, of every run under results/runs."""
     runs_dir = Path(results_dir) / "runs"
-    configured = (config or {}).get("runs", {})
+    configured = {**(config or {}).get("runs", {}), **(config or {}).get("references", {})}
     present = {d.name for d in runs_dir.iterdir() if d.is_dir()} if runs_dir.is_dir() else set()
     if not config:
         return [run_status(runs_dir / name, None, full) for name in sorted(present)]

@@ -50,4 +50,8 @@ def planned_steps(config: dict) -> set[str]:
         folders |= {f"runs/{name}/{step}" for step in ("selection", "qualification", "report/validation", "report/qualification")}
         if run.get("profiling"):
             folders |= {f"runs/{name}/profiling", f"runs/{name}/report/profiling"}
+    for name, reference in config.get("references", {}).items():  # end-to-end references: trained and qualified
+        folders |= {f"datasets/{reference['dataset']}", f"runs/{name}/selection", f"runs/{name}/qualification"}
+    if config.get("references"):
+        folders.add("report/comparison")
     return folders

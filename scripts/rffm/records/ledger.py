@@ -153,11 +153,19 @@ def changed_keys(recorded: Any, current: Any, prefix: str = "") -> list[str]:
 # Steps whose code decides a run's selected artifact (qualify's own code does not: it only reports).
 SELECTION_STEPS = ("stage_dataset", "pretrain_backbone", "import_backbone", "build_cache", "train_epoch", "select_checkpoint")
 BACKBONE_STEPS = ("pretrain_backbone", "import_backbone")
+REFERENCE_STEPS = ("stage_dataset", "train_reference")
 
 
 def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> dict[str, Any]:
     """What a run's qualified result came from: its config (but execution settings), its dataset's and
     backbone's config, and the code of the steps on its way to selection. Recorded in its ledger entry."""
+    if run in config.get("references", {}):  # an end-to-end reference: its dataset, its own config and training code
+        spec = config["references"][run]
+        return {
+            "references": {run: spec},
+            "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},
+            "code": {rule: code[rule] for rule in REFERENCE_STEPS},
+        }
     spec = config["runs"][run]
     backbone = config["backbones"][spec["backbone"]]
     made_by = "import_backbone" if backbone["source"] == "checkpoint" else "pretrain_backbone"

@@ -55,7 +55,7 @@ def run(
         step.facts["cache"] = {
             "classes": dataset["dataset"]["classes"],
             "dtype": "bfloat16",
-            "shapes": {split: [counts[split], arch.tokens, arch.dim] for split in CACHED_SPLITS},
+            "shapes": {split: [counts[split], *arch.feature_shape] for split in CACHED_SPLITS},
         }
         record = {**step.identity(), **step.facts}  # the record as the epochs will read it
         step.device = torch.device(device)

@@ -25,7 +25,10 @@ def lr_factor(step: int, steps_per_epoch: int, warmup_steps: int, decay: float) 
 
 
 def make_head(meta: dict[str, Any], options: dict[str, Any]) -> AttentionPoolHead:
-    config = HeadConfig(dim=meta["shapes"]["train"][2], classes=len(meta["classes"]), **options["head"])
+    """The head for a cache's shape: [N, T, D] (one layer) or [N, layers, T, D]."""
+    shape = meta["shapes"]["train"]
+    layers = shape[1] if len(shape) == 4 else 1
+    config = HeadConfig(dim=shape[-1], classes=len(meta["classes"]), layers=layers, **options["head"])
     return AttentionPoolHead(config)
 
 

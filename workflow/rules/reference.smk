@@ -1,0 +1,72 @@
+# End-to-end supervised references (config `references:`): a standard CNN trained from scratch on a
+# staged dataset's train split, its epoch chosen on val (train_reference), then qualified once on the
+# test split under its own id and exposure (qualify_reference). Code: scripts/rffm/steps/<rule>.py.
+
+
+rule train_reference:
+    input:
+        unpack(reference_train_inputs),
+    output:
+        selection=run_file("{reference}", "selection/selection.json"),
+        history=run_file("{reference}", "selection/history.json"),
+        provenance=run_file("{reference}", "selection/provenance.json"),
+        sentinel=run_file("{reference}", "selection/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/train_reference/{{reference}}.log",
+    threads: THREADS
+    resources:
+        store=STORE,
+    params:
+        spec=reference_spec,
+        code=CODE["train_reference"],
+        dataset_dir=input_dir("dataset"),
+        out_dir=output_dir("sentinel"),
+    shell:
+        "rffm train_reference --spec {params.spec:q} --threads {threads} --dataset-dir {params.dataset_dir}"
+        " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule qualify_reference:
+    input:
+        unpack(reference_qualify_inputs),
+    output:
+        metrics=report(
+            run_file("{reference}", "qualification/metrics.json"),
+            caption="../report/metrics.rst",
+            category="{reference}",
+            subcategory="2. qualification (test split)",
+            labels={"figure": "test metrics (JSON)"},
+        ),
+        accuracy_vs_snr=report(
+            run_file("{reference}", "qualification/accuracy_vs_snr.png"),
+            caption="../report/accuracy_vs_snr.rst",
+            category="{reference}",
+            subcategory="2. qualification (test split)",
+            labels={"figure": "accuracy vs SNR"},
+        ),
+        confusion=report(
+            run_file("{reference}", "qualification/confusion_matrix.png"),
+            caption="../report/confusion_matrix.rst",
+            category="{reference}",
+            subcategory="2. qualification (test split)",
+            labels={"figure": "normalized confusion matrix"},
+        ),
+        manifest=run_file("{reference}", "qualification/run_manifest.json"),
+        provenance=run_file("{reference}", "qualification/provenance.json"),
+        sentinel=run_file("{reference}", "qualification/sentinel.json"),
+    log:
+        f"{RESULTS}/logs/qualify_reference/{{reference}}.log",
+    threads: THREADS
+    resources:
+        store=STORE,
+    params:
+        spec=reference_spec,
+        source=lambda wildcards: as_json(selection_source(wildcards.reference)),
+        code=CODE["qualify_reference"],
+        selection_dir=input_dir("selection"),
+        dataset_dir=input_dir("dataset"),
+        out_dir=output_dir("sentinel"),
+    shell:
+        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {threads}"
+        " --selection-dir {params.selection_dir} --dataset-dir {params.dataset_dir}"
+        " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"
