@@ -125,6 +125,16 @@ def copy_workdir(source: Path, destination: Path) -> Path:
     return destination
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_profiles(tmp_path_factory) -> Iterator[None]:
+    """Tests never see the profiles a developer's `make setup` linked into ~/.config/snakemake: the user
+    config directory (where Snakemake looks profile names up) is an empty one for the whole session."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def finished_workdir(tmp_path_factory) -> Path:
     """The tiny workflow run to completion once per session (copy it before changing anything)."""
