@@ -201,7 +201,7 @@ def status(args: argparse.Namespace) -> int:
 
 def verify(args: argparse.Namespace) -> int:
     from rffm.config import for_results
-    from rffm.records.verify import verify_tree
+    from rffm.ops.verify import verify_tree
 
     config = for_results(args.results_dir, args.config)
     report = verify_tree(args.results_dir, config, args.scratch)

@@ -1,8 +1,8 @@
 import json
 from pathlib import Path
 
+from rffm.ops.verify import verify_tree
 from rffm.records.step import Step
-from rffm.records.verify import verify_tree
 
 
 def make_chain(root: Path) -> None:

@@ -14,10 +14,10 @@ import pytest
 from conftest import snakemake, tiny_config
 from rffm import config as rffm_config
 from rffm.errors import DataError
+from rffm.ops.verify import verify_tree
 from rffm.records.files import read_json
 from rffm.records.sentinel import read_sentinel
 from rffm.records.step import Step
-from rffm.records.verify import verify_tree
 from rffm.steps import plot_cache_lifecycle, plot_training, summarize_manifest
 
 PNG = b"\x89PNG\r\n\x1a\n"

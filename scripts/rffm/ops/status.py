@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import IntegrityError
+from rffm.ops.verify import step_problems
 from rffm.records import ledger
 from rffm.records.layout import SENTINEL_NAME, planned_steps, split_file
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
-from rffm.records.verify import step_problems
 from rffm.training.selection import best as best_epoch
 
 QUICK_HASH_BYTES = 1 << 20
