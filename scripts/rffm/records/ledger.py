@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rffm.errors import ExposureError, IntegrityError
-from rffm.records.files import canonical_json, sha256_bytes, sha256_json
+from rffm.records.files import canonical_json, remove_dead_temporaries, sha256_bytes, sha256_json
 from rffm.records.store import Store
 
 LEDGER = "ledger"
@@ -89,6 +90,25 @@ def refuse_other_artifact(recorded: dict[str, Any], artifact_sha256: str, where:
     )
 
 
+def recall(
+    store: Store, split_digest: str, run: str, artifact_sha256: str, recorded: dict[str, str] | None, recorded_in: str, rule: str
+) -> tuple[str, dict[str, Any] | None]:
+    """(key, entry) of a run's entry for a split before it qualifies: None when the split was never read for it.
+
+    Clears what a claim killed before it was in place left, refuses an entry that is not the one the
+    qualification recorded, and an entry for another artifact of the same run.
+    """
+    key = entry_key(split_digest, run)
+    if (local := store.local_path(key)) is not None:
+        remove_dead_temporaries(local)
+    if problem := recorded_entry_problem(store, key, recorded, recorded_in):
+        raise IntegrityError(f"{rule} refuses to start: {problem}")
+    entry = read(store, key)
+    if entry is not None:
+        refuse_other_artifact(entry, artifact_sha256, store.where(key))
+    return key, entry
+
+
 def entries(store: Store, split_digest: str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(key, checked entry) for every entry of a split (or of the whole ledger)."""
     prefix = f"{LEDGER}/{split_id(split_digest)}" if split_digest else LEDGER
@@ -125,6 +145,12 @@ def recorded_link(read: Callable[[str], bytes | None]) -> tuple[dict[str, str] |
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return None, None
+
+
+def recorded_link_in(folder: str | Path) -> tuple[dict[str, str] | None, str | None]:
+    """What an earlier qualification in this folder recorded of its ledger entry (read it before the step starts)."""
+    folder = Path(folder)
+    return recorded_link(lambda name: (folder / name).read_bytes() if (folder / name).exists() else None)
 
 
 def recorded_entry_problem(store: Store, key: str, recorded: dict[str, str] | None, recorded_in: str) -> str | None:

@@ -15,7 +15,7 @@ from rffm.model import backbone
 from rffm.model.head import AttentionPoolHead, HeadConfig
 from rffm.model.metrics import summarize
 from rffm.records import launch, ledger, manifest
-from rffm.records.files import atomic_write_json, remove_dead_temporaries, sha256_bytes
+from rffm.records.files import atomic_write_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest, require_intact
 from rffm.records.step import Step
@@ -112,9 +112,7 @@ def run(
     selection_dir, dataset_dir, backbone_dir = map(Path, (selection_dir, dataset_dir, backbone_dir))
     run_name = spec["run"]
     # what an earlier qualification recorded of its ledger entry (read first: starting removes the old sentinel)
-    recorded, recorded_in = ledger.recorded_link(
-        lambda name: (Path(out_dir) / name).read_bytes() if (Path(out_dir) / name).exists() else None
-    )
+    recorded, recorded_in = ledger.recorded_link_in(out_dir)
     with Step(RULE, out_dir, key={"run": run_name}, params=spec) as step:
         out_dir = step.out_dir
         results = open_store(store or out_dir.parents[2])
@@ -126,14 +124,8 @@ def run(
         head, blob = load_artifact(results, chosen["artifact"])
         if blob["backbone_fingerprint"] != weights["backbone"]["fingerprint"]:
             raise IntegrityError(f"{results.where(chosen['artifact']['key'])} was trained on another backbone than {backbone_dir}")
-        key = ledger.entry_key(split, run_name)
-        if (local := results.local_path(key)) is not None:  # a claim killed before it was in place left a temporary
-            remove_dead_temporaries(local)
-        if problem := ledger.recorded_entry_problem(results, key, recorded, f"{out_dir}/{recorded_in}"):
-            raise IntegrityError(f"{RULE} refuses to start: {problem}")
-        entry = ledger.read(results, key)
+        key, entry = ledger.recall(results, split, run_name, selection["artifact_sha256"], recorded, f"{out_dir}/{recorded_in}", RULE)
         if entry is not None:
-            ledger.refuse_other_artifact(entry, selection["artifact_sha256"], results.where(key))
             step.details["recalled_from_ledger"] = results.where(key)
         else:
             metrics = evaluate(head, blob, dataset_dir, backbone_dir, spec, batch_size, batch_profile, device, step)

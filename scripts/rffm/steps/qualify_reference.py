@@ -19,7 +19,7 @@ from rffm.errors import IntegrityError
 from rffm.model import cnn
 from rffm.model.metrics import summarize
 from rffm.records import ledger, manifest
-from rffm.records.files import atomic_write_json, remove_dead_temporaries, sha256_bytes, sha256_json
+from rffm.records.files import atomic_write_json, sha256_bytes, sha256_json
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest, require_intact
 from rffm.records.step import Step
@@ -74,9 +74,7 @@ def run(
     selection_dir, dataset_dir = Path(selection_dir), Path(dataset_dir)
     name = spec["run"]
     # what an earlier qualification recorded of its ledger entry (read first: starting removes the old sentinel)
-    recorded, recorded_in = ledger.recorded_link(
-        lambda file: (Path(out_dir) / file).read_bytes() if (Path(out_dir) / file).exists() else None
-    )
+    recorded, recorded_in = ledger.recorded_link_in(out_dir)
     with Step(RULE, out_dir, key={"run": name}, params=spec) as step:
         out_dir = step.out_dir
         results = open_store(store or out_dir.parents[2])
@@ -85,14 +83,8 @@ def run(
         selection = chosen["selection"]
         split = record_digest(dataset["outputs"][split_file("test")])
         model, blob = load_artifact(results, selection)
-        key = ledger.entry_key(split, name)
-        if (local := results.local_path(key)) is not None:  # a claim killed before it was in place left a temporary
-            remove_dead_temporaries(local)
-        if problem := ledger.recorded_entry_problem(results, key, recorded, f"{out_dir}/{recorded_in}"):
-            raise IntegrityError(f"{RULE} refuses to start: {problem}")
-        entry = ledger.read(results, key)
+        key, entry = ledger.recall(results, split, name, selection["artifact_sha256"], recorded, f"{out_dir}/{recorded_in}", RULE)
         if entry is not None:
-            ledger.refuse_other_artifact(entry, selection["artifact_sha256"], results.where(key))
             step.details["recalled_from_ledger"] = results.where(key)
         else:
             metrics = evaluate(model, blob["classes"], dataset_dir, spec["high_snr_db"])

@@ -7,20 +7,20 @@ addressable from the selections, ledger entries and manifests that name it.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rffm.errors import ConfigError, IntegrityError
-from rffm.records.files import atomic_write_bytes, atomic_write_json, canonical_json, read_json, sha256_bytes
-from rffm.records.layout import ARTIFACTS, MODEL_CARD, SENTINEL_NAME, artifact_name
+from rffm.errors import ConfigError
+from rffm.records.files import atomic_write_bytes, atomic_write_json, canonical_json, read_json
+from rffm.records.layout import MODEL_CARD, SENTINEL_NAME
 from rffm.records.sentinel import require_intact
 from rffm.records.step import Step
 from rffm.records.store import open_store
-from rffm.training.selection import RULE_TEXT, choose
+from rffm.training.selection import choose, publish_artifact
+from rffm.training.selection import evidence as selection_evidence
 
 RULE = "select_checkpoint"
 READ_ONLY = 0o444
@@ -50,21 +50,9 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
             "head_config": checkpoint["head_config"],
             "head": checkpoint["head"],
         }
-        buffer = io.BytesIO()
-        torch.save(weights, buffer)
-        blob = buffer.getvalue()
-        digest = sha256_bytes(blob)
-        artifact = f"{ARTIFACTS}/{artifact_name(digest)}"
-        if not results.create(artifact, blob) and sha256_bytes(results.read(artifact) or b"") != digest:
-            raise IntegrityError(f"{results.where(artifact)}: does not hold the artifact its name promises. Fix: move it aside.")
-        evidence = {
-            "metric": options["metric"],
-            "mode": options["mode"],
-            "epoch": best["epoch"],
-            "value": best[options["metric"]],
-            "candidates": [{"epoch": c["epoch"], options["metric"]: c[options["metric"]]} for c in candidates],
-            "rule": RULE_TEXT,
-        }
+        published = publish_artifact(results, weights)
+        artifact, digest = published["key"], published["sha256"]
+        evidence = selection_evidence(best, candidates, options["metric"], options["mode"])
         card = {
             "artifact": artifact,
             "artifact_sha256": digest,
@@ -89,7 +77,7 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
             {
                 "backbone_fingerprint": checkpoint["backbone_fingerprint"],
                 "selection": selection,
-                "artifact": {"key": artifact, "bytes": len(blob), "sha256": digest},
+                "artifact": published,
             }
         )
     return step.sentinel

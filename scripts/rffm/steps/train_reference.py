@@ -8,7 +8,6 @@ split is never read here; qualify_reference evaluates the artifact once.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,15 @@ import torch
 import torch.nn.functional as F
 
 from rffm.data.splits import read_split
-from rffm.errors import ConfigError, IntegrityError
+from rffm.errors import ConfigError
 from rffm.model import cnn
 from rffm.model.metrics import confusion_matrix, macro_f1
-from rffm.records.files import atomic_write_json, sha256_bytes
-from rffm.records.layout import ARTIFACTS, SENTINEL_NAME, artifact_name, split_file
+from rffm.records.files import atomic_write_json
+from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.step import Step
 from rffm.records.store import open_store
 from rffm.runtime.progress import Progress
-from rffm.training.selection import RULE_TEXT, choose
+from rffm.training.selection import choose, evidence, publish_artifact
 
 RULE = "train_reference"
 EVAL_BATCH = 1024
@@ -107,20 +106,10 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
             "cnn_config": config.__dict__,
             "state_dict": states[best["epoch"]],
         }
-        buffer = io.BytesIO()
-        torch.save(weights, buffer)
-        blob = buffer.getvalue()
-        digest = sha256_bytes(blob)
-        artifact = f"{ARTIFACTS}/{artifact_name(digest)}"
-        if not results.create(artifact, blob) and sha256_bytes(results.read(artifact) or b"") != digest:
-            raise IntegrityError(f"{results.where(artifact)}: does not hold the artifact its name promises. Fix: move it aside.")
+        published = publish_artifact(results, weights)
+        artifact, digest = published["key"], published["sha256"]
         selection = {
-            "metric": rule["metric"],
-            "mode": rule["mode"],
-            "epoch": best["epoch"],
-            "value": best[rule["metric"]],
-            "candidates": [{"epoch": m["epoch"], rule["metric"]: m[rule["metric"]]} for m in history],
-            "rule": RULE_TEXT,
+            **evidence(best, history, rule["metric"], rule["mode"]),
             "run": spec["run"],
             "kind": "end_to_end",
             "artifact_sha256": digest,
@@ -130,5 +119,5 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
         atomic_write_json(step.out_dir / "history.json", {"epochs": history, "cnn_config": config.__dict__})
         step.output("selection.json")
         step.output("history.json")
-        step.facts.update({"selection": selection, "artifact": {"key": artifact, "bytes": len(blob), "sha256": digest}})
+        step.facts.update({"selection": selection, "artifact": published})
     return step.sentinel

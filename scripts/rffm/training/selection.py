@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
-from rffm.errors import ConfigError
+from rffm.errors import ConfigError, IntegrityError
+from rffm.records.files import sha256_bytes
+from rffm.records.layout import ARTIFACTS, artifact_name
+from rffm.records.store import Store
 
 RULE_TEXT = "best value of the metric; ties go to the earliest epoch"
 
@@ -23,3 +27,29 @@ def best(metrics_by_epoch: list[dict[str, Any]], selection: dict[str, str]) -> d
     """The best of the epochs that carry the run's selection metric (None when none does yet)."""
     scored = [m for m in metrics_by_epoch if selection["metric"] in m]
     return choose(scored, selection["metric"], selection["mode"]) if scored else None
+
+
+def evidence(chosen: dict[str, Any], candidates: list[dict[str, Any]], metric: str, mode: str) -> dict[str, Any]:
+    """What was chosen, among what and by which rule, as a selection records it."""
+    return {
+        "metric": metric,
+        "mode": mode,
+        "epoch": chosen["epoch"],
+        "value": chosen[metric],
+        "candidates": [{"epoch": c["epoch"], metric: c[metric]} for c in candidates],
+        "rule": RULE_TEXT,
+    }
+
+
+def publish_artifact(results: Store, weights: dict[str, Any]) -> dict[str, Any]:
+    """Save the chosen weights create-only under their sha256 in the store's artifacts/: {key, bytes, sha256}."""
+    import torch  # here: `rffm status` reads the selection rule without loading torch
+
+    buffer = io.BytesIO()
+    torch.save(weights, buffer)
+    blob = buffer.getvalue()
+    digest = sha256_bytes(blob)
+    artifact = f"{ARTIFACTS}/{artifact_name(digest)}"
+    if not results.create(artifact, blob) and sha256_bytes(results.read(artifact) or b"") != digest:
+        raise IntegrityError(f"{results.where(artifact)}: does not hold the artifact its name promises. Fix: move it aside.")
+    return {"key": artifact, "bytes": len(blob), "sha256": digest}
