@@ -165,11 +165,9 @@ def normalize(iq: torch.Tensor) -> torch.Tensor:
 
 def build(arch: BackboneArch, seed: int) -> IQPatchTransformer:
     """A freshly initialized backbone, deterministic from the seed."""
-    generator_state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    model = IQPatchTransformer(arch)
-    torch.set_rng_state(generator_state)
-    return model
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was
+        torch.manual_seed(seed)
+        return IQPatchTransformer(arch)
 
 
 def fingerprint(arch: BackboneArch, state: dict[str, torch.Tensor]) -> str:

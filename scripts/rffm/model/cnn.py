@@ -61,8 +61,6 @@ class RadioMLCNN(nn.Module):
 
 def build(config: CNNConfig, seed: int) -> RadioMLCNN:
     """A freshly initialized CNN, deterministic from the seed (the global RNG is left as it was)."""
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    model = RadioMLCNN(config)
-    torch.set_rng_state(state)
-    return model
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return RadioMLCNN(config)
