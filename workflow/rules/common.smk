@@ -11,7 +11,15 @@ from rffm.data.sources import input_files as source_input_files
 from rffm.errors import PlanRefused, RffmError
 from rffm.records import launch, ledger
 from rffm.records.code import code_digest
-from rffm.records.layout import SPLITS, CACHED_SPLITS, split_file
+from rffm.records.layout import (
+    SPLITS,
+    CACHED_SPLITS,
+    backbone_folder,
+    cache_folder,
+    dataset_folder,
+    run_folder,
+    split_file,
+)
 from rffm.records.store import open_store
 from rffm.ops.unlock import record_owner
 
@@ -112,19 +120,19 @@ def input_dirs(name):
 
 
 def dataset_file(dataset, name):
-    return f"{RESULTS}/datasets/{dataset}/{name}"
+    return f"{RESULTS}/{dataset_folder(dataset)}/{name}"
 
 
 def backbone_file(backbone, name):
-    return f"{RESULTS}/backbones/{backbone}/{name}"
+    return f"{RESULTS}/{backbone_folder(backbone)}/{name}"
 
 
 def cache_file(dataset, backbone, name):
-    return f"{RESULTS}/caches/{dataset}__{backbone}/{name}"
+    return f"{RESULTS}/{cache_folder(dataset, backbone)}/{name}"
 
 
 def run_file(run, name):
-    return f"{RESULTS}/runs/{run}/{name}"
+    return f"{RESULTS}/{run_folder(run)}/{name}"
 
 
 def epoch_file(run, epoch, name):

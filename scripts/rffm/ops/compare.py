@@ -18,7 +18,7 @@ import numpy as np
 
 from rffm.errors import IntegrityError
 from rffm.records import provenance
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, backbone_folder, cache_folder
 
 ROLES = ("floor", "frozen backbone", "end-to-end")
 
@@ -37,7 +37,7 @@ def wall_time(results: Path, run_dir: Path, manifest: dict[str, Any]) -> float |
     else:
         dataset, backbone = manifest["dataset"]["name"], manifest["backbone"]["name"]
         epochs = [run_dir / "epochs" / str(e["epoch"]) for e in manifest["training"]["epochs"]]
-        folders = [results / "backbones" / backbone, results / "caches" / f"{dataset}__{backbone}", *epochs]
+        folders = [results / backbone_folder(backbone), results / cache_folder(dataset, backbone), *epochs]
         folders += [run_dir / "selection", run_dir / "qualification"]
     durations = [_duration(folder) for folder in folders]
     return None if any(d is None for d in durations) else round(sum(durations), 1)

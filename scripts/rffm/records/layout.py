@@ -24,6 +24,26 @@ def cache_files() -> list[str]:
     return names
 
 
+def dataset_folder(dataset: str) -> str:
+    """A staged dataset's step folder, relative to results."""
+    return f"datasets/{dataset}"
+
+
+def backbone_folder(backbone: str) -> str:
+    """A backbone's step folder, relative to results."""
+    return f"backbones/{backbone}"
+
+
+def cache_folder(dataset: str, backbone: str) -> str:
+    """The folder of the record of a dataset's hidden-state cache under a backbone, relative to results."""
+    return f"caches/{dataset}__{backbone}"
+
+
+def run_folder(run: str) -> str:
+    """A run's (or reference's) folder, relative to results."""
+    return f"runs/{run}"
+
+
 ARTIFACTS = "artifacts"  # the results store's folder of selected heads, by content
 MODEL_CARD = "model_card.json"
 
@@ -42,16 +62,16 @@ def planned_steps(config: dict) -> set[str]:
     folders = set()
     for name, run in config.get("runs", {}).items():
         dataset, backbone = run["dataset"], run["backbone"]
-        folders |= {f"datasets/{dataset}", f"backbones/{backbone}", f"caches/{dataset}__{backbone}"}
+        folders |= {dataset_folder(dataset), backbone_folder(backbone), cache_folder(dataset, backbone)}
         spec = config["backbones"].get(backbone, {})
         if spec.get("dataset"):
-            folders.add(f"datasets/{spec['dataset']}")
-        folders |= {f"runs/{name}/epochs/{epoch}" for epoch in range(1, run["train"]["epochs"] + 1)}
-        folders |= {f"runs/{name}/{step}" for step in ("selection", "qualification", "report/validation", "report/qualification")}
+            folders.add(dataset_folder(spec["dataset"]))
+        folders |= {f"{run_folder(name)}/epochs/{epoch}" for epoch in range(1, run["train"]["epochs"] + 1)}
+        folders |= {f"{run_folder(name)}/{step}" for step in ("selection", "qualification", "report/validation", "report/qualification")}
         if run.get("profiling"):
-            folders |= {f"runs/{name}/profiling", f"runs/{name}/report/profiling"}
+            folders |= {f"{run_folder(name)}/profiling", f"{run_folder(name)}/report/profiling"}
     for name, reference in config.get("references", {}).items():  # end-to-end references: trained and qualified
-        folders |= {f"datasets/{reference['dataset']}", f"runs/{name}/selection", f"runs/{name}/qualification"}
+        folders |= {dataset_folder(reference["dataset"]), f"{run_folder(name)}/selection", f"{run_folder(name)}/qualification"}
     if config.get("references"):
         folders.add("report/comparison")
     return folders
