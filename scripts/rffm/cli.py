@@ -94,6 +94,7 @@ def train_epoch(args: argparse.Namespace) -> None:
 
     inputs = (args.spec, args.cache_record_dir, args.epoch, args.previous_dir, args.out_dir)
     memo = {"store": args.store, "memo_store": args.memo_store or None}
+    train_epoch.check_planned_members(args.spec, args.members)
     train_epoch.run(
         *inputs, scratch=args.scratch, cache_options=_cache_options(args), device=device, **memo, profile_batches=args.profile_batches
     )
@@ -365,6 +366,7 @@ def parser() -> argparse.ArgumentParser:
     cache_options(sub)
     sub.add_argument("--memo-store", help="where completed epochs are kept for resuming (default: the results store)")
     sub.add_argument("--profile-batches", type=int, default=0, help="batches to trace (0: no trace)")
+    sub.add_argument("--members", default="", help="the sweep's members as the plan names them (checked against the spec)")
     sub = verb(select_checkpoint, "Select the best epoch into an immutable artifact.", "runs", False, "--out-dir")
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
     store_option(sub)

@@ -22,6 +22,7 @@ from rffm.records.layout import (
 )
 from rffm.records.store import open_store
 from rffm.ops.unlock import record_owner
+from rffm.training import sweep
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
 # It also reads the config files (repeated keys) and, where jobs and files are on this machine, checks them.
@@ -168,13 +169,24 @@ def epoch_spec(wildcards):
     """Everything an epoch depends on; deliberately not the total epoch count."""
     run = run_config(wildcards.run)
     train = {k: v for k, v in run["train"].items() if k != "epochs"}
-    return as_json({"run": wildcards.run, "train": train})
+    return as_json({"run": wildcards.run, "train": train, **sweep_pairs(run)})
 
 
 def run_spec(wildcards):
     """The run's config for selection and qualification (profiling never changes results)."""
     run = {k: v for k, v in run_config(wildcards.run).items() if k != "profiling"}
-    return as_json({"run": wildcards.run, **run})
+    return as_json({"run": wildcards.run, **run, **sweep_pairs(run)})
+
+
+def sweep_pairs(run):
+    """A run's sweep as [key, values] pairs: the order written is the grid's order (as_json sorts mapping keys)."""
+    return {"sweep": [[k, v] for k, v in run["sweep"].items()]} if run.get("sweep") else {}
+
+
+def sweep_members(wildcards):
+    """The sweep's members named in the epoch job's command, so `snakemake -n` shows them (nothing for a plain run)."""
+    label = sweep.plan_label({"run": wildcards.run, **sweep_pairs(run_config(wildcards.run))})
+    return f"--members {shlex.quote(label)}" if label else ""
 
 
 def selection_source(run):

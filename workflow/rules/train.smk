@@ -22,13 +22,14 @@ rule train_epoch:
         epoch_profile_batches=epoch_profile_batches,
     params:
         spec=epoch_spec,
+        members=sweep_members,
         code=CODE["train_epoch"],
         cache_dir=input_dir("cache"),
         previous=previous_epoch_arg,
         out_dir=output_dir("sentinel"),
     shell:
         "rffm train_epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
-        " --cache-record-dir {params.cache_dir} {params.previous} --device {resources.device}"
+        " --cache-record-dir {params.cache_dir} {params.previous} {params.members} --device {resources.device}"
         " --scratch {resources.scratch} --store {resources.store} --memo-store={resources.memo_store:q}"
         " --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
         " --disk-headroom {resources.disk_headroom}"

@@ -73,6 +73,7 @@ def collect(results_dir: str | Path, config: dict[str, Any] | None = None, names
                 "macro_f1": quality["macro_f1"],
                 "wall_s": wall_time(results, run_dir, manifest),
                 "exposure_count": quality["exposure_count"],
+                "member": manifest.get("selection", {}).get("member"),  # a sweep's chosen member
             }
         )
     return sorted(rows, key=lambda r: (ROLES.index(r["role"]), r["run"]))
@@ -88,7 +89,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         table.append(
             [
                 r["role"],
-                r["run"],
+                r["run"] + (f" [{r['member']}]" if r.get("member") else ""),
                 r["dataset"],
                 r["model"],
                 f"{r['accuracy']:.3f}",

@@ -24,6 +24,7 @@ from rffm.records.layout import SENTINEL_NAME, planned_steps, split_file
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
 from rffm.training.selection import best as best_epoch
+from rffm.training.sweep import epoch_metrics
 
 QUICK_HASH_BYTES = 1 << 20
 
@@ -104,12 +105,14 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
     plan = plan or {}
     epochs_planned = plan.get("train", {}).get("epochs")
     epochs = []
+    selection_sentinel = _sentinel(run_dir / "selection" / SENTINEL_NAME)
+    chosen = selection_sentinel["selection"].get("member") if selection_sentinel else None  # of a sweep
     for sentinel_path in (run_dir / "epochs").glob(f"*/{SENTINEL_NAME}"):
         body = _sentinel(sentinel_path)
-        if body and (epochs_planned is None or body["metrics"]["epoch"] <= epochs_planned):
-            epochs.append(body["metrics"])
+        metrics = epoch_metrics(body, chosen, plan.get("selection")) if body else None
+        if body and (epochs_planned is None or metrics["epoch"] <= epochs_planned):
+            epochs.append(metrics)
     epochs.sort(key=lambda m: m["epoch"])
-    selection_sentinel = _sentinel(run_dir / "selection" / SENTINEL_NAME)
     qualification_sentinel = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
     selection = selection_sentinel["selection"] if selection_sentinel else None
     qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
@@ -127,6 +130,7 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
         "best_value": best[rule["metric"]] if best else None,
         "best_epoch": best["epoch"] if best else None,
         "selected_epoch": selection["epoch"] if selection else None,
+        "selected_member": chosen,
         "artifact_sha256": selection["artifact_sha256"] if selection else None,
         "test_accuracy": qualification["accuracy"] if qualification else None,
         "test_macro_f1": qualification["macro_f1"] if qualification else None,
@@ -178,7 +182,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
                 r["state"],
                 f"{r['epochs_done']}/{_fmt(r['epochs_planned']) if r['epochs_planned'] is not None else '?'}",
                 best,
-                _fmt(r["selected_epoch"]),
+                _fmt(r["selected_epoch"]) + (f" [{r['selected_member']}]" if r.get("selected_member") else ""),
                 (r["artifact_sha256"] or "-")[:12],
                 _fmt(r["test_accuracy"]),
                 _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),

@@ -12,6 +12,7 @@ from rffm.records import provenance
 from rffm.records.files import sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.sentinel import read_sentinel, record_digest
+from rffm.training.sweep import epoch_metrics
 
 SCHEMA_VERSION = 1
 PROCEDURE = "final_qualification"
@@ -79,7 +80,7 @@ def build(
     dataset = dataset_sentinel["dataset"]
     epochs = []
     for directory in epoch_dirs:  # the metrics each epoch's (checked) sentinel vouches for
-        m = read_sentinel(Path(directory) / SENTINEL_NAME)["metrics"]
+        m = epoch_metrics(read_sentinel(Path(directory) / SENTINEL_NAME), selection.get("member"))  # a sweep: the chosen member's
         epochs.append({key: m[key] for key in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")})
     return {
         "schema_version": SCHEMA_VERSION,
@@ -106,6 +107,7 @@ def build(
             "value": selection["value"],
             "artifact_sha256": selection["artifact_sha256"],
             "artifact_path": selection["artifact_path"],  # in the results store, named by its sha256
+            **({"member": selection["member"], "settings": selection["settings"]} if "member" in selection else {}),
         },
         "qualification": {
             "accuracy": metrics["accuracy"],

@@ -8,6 +8,7 @@ from typing import Any
 from rffm.records.layout import SENTINEL_NAME
 from rffm.records.step import Step
 from rffm.report.png import plt, save_png
+from rffm.training.sweep import epoch_metrics
 
 RULE = "plot_training"
 FIGURES = ("training_curves.png", "selection_evidence.png")
@@ -60,17 +61,44 @@ def selection_evidence(selection: dict[str, Any], path: str | Path, title: str) 
     save_png(fig, path)
 
 
+def sweep_evidence(selection: dict[str, Any], path: str | Path, title: str) -> None:
+    """A sweep's selection: the validation metric of every (member, epoch) as a heatmap, the chosen cell boxed."""
+    metric, candidates = selection["metric"], selection["candidates"]
+    members = list(dict.fromkeys(c["member"] for c in candidates))  # grid order, as selection recorded them
+    epochs = sorted({c["epoch"] for c in candidates})
+    grid = [[next(c[metric] for c in candidates if c["member"] == m and c["epoch"] == e) for e in epochs] for m in members]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.0 + 0.7 * len(epochs)), max(3.0, 1.2 + 0.45 * len(members))))
+    image = ax.imshow(grid, aspect="auto", cmap="viridis" if selection["mode"] == "max" else "viridis_r")
+    fig.colorbar(image, ax=ax, label=f"{metric} (validation split)")
+    for row, values in enumerate(grid):
+        for column, value in enumerate(values):
+            ax.text(column, row, f"{value:.3f}", ha="center", va="center", fontsize=7, color="white")
+    row, column = members.index(selection["member"]), epochs.index(selection["epoch"])
+    ax.add_patch(plt.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, ec="red", lw=2.5))
+    ax.set_xticks(range(len(epochs)), [str(e) for e in epochs])
+    ax.set_yticks(range(len(members)), members, fontsize=7)
+    word = "highest" if selection["mode"] == "max" else "lowest"
+    why = f"selected {selection['member']} @ epoch {selection['epoch']}: {word} {metric} ({selection['value']:.4f})"
+    ax.set(xlabel="epoch", ylabel="sweep member", title=f"{title}\n{why}; ties: earliest epoch, then grid order")
+    save_png(fig, path)
+
+
 def run(run_name: str, epoch_dirs: list[str | Path], selection_dir: str | Path, out_dir: str | Path) -> Path:
-    """Both figures of a run, from its epoch and selection sentinels."""
+    """Both figures of a run, from its epoch and selection sentinels (of a sweep: the chosen member's curves and the heatmap)."""
     selection_dir = Path(selection_dir)
     with Step(RULE, out_dir, key={"run": run_name}, params={"run": run_name}) as step:
+        selection = step.consume("selection", selection_dir / SENTINEL_NAME)["selection"]
         epochs = []
         for directory in map(Path, epoch_dirs):  # runs/<run>/epochs/<k>
-            epochs.append(step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME)["metrics"])
+            body = step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME)
+            epochs.append(epoch_metrics(body, selection.get("member")))
         epochs.sort(key=lambda m: m["epoch"])
-        selection = step.consume("selection", selection_dir / SENTINEL_NAME)["selection"]
-        training_curves(epochs, step.out_dir / FIGURES[0], f"{run_name}: training curves", selection["epoch"])
-        selection_evidence(selection, step.out_dir / FIGURES[1], f"{run_name}: checkpoint selection")
+        member = f" ({selection['member']})" if "member" in selection else ""
+        training_curves(epochs, step.out_dir / FIGURES[0], f"{run_name}{member}: training curves", selection["epoch"])
+        if "member" in selection:
+            sweep_evidence(selection, step.out_dir / FIGURES[1], f"{run_name}: sweep selection")
+        else:
+            selection_evidence(selection, step.out_dir / FIGURES[1], f"{run_name}: checkpoint selection")
         for name in FIGURES:
             step.output(name)
     return step.sentinel

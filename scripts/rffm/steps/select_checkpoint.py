@@ -7,6 +7,7 @@ addressable from the selections, ledger entries and manifests that name it.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,21 @@ from rffm.records.layout import MODEL_CARD, SENTINEL_NAME
 from rffm.records.sentinel import require_intact
 from rffm.records.step import Step
 from rffm.records.store import open_store
-from rffm.training.selection import choose, publish_artifact
+from rffm.training import sweep
+from rffm.training.selection import choose, publish_artifact, sweep_candidates
 from rffm.training.selection import evidence as selection_evidence
 
 RULE = "select_checkpoint"
 READ_ONLY = 0o444
+VALIDATION_KEYS = ("val_accuracy", "val_macro_f1", "val_loss")
 
 
 def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path, *, store: str | Path | None = None) -> Path:
-    """Choose the best epoch, publish its weights as artifacts/sha256-<hex>.pt in the store, and write the model card."""
+    """Choose the best epoch (of a sweep: the best (member, epoch)), publish its weights as artifacts/sha256-<hex>.pt
+    in the store, and write the model card."""
     options = spec["selection"]
+    members = sweep.members(spec)
+    names = [m["name"] for m in members] if len(members) > 1 else None
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=options) as step:
         results = open_store(store or step.out_dir.parents[2])
         epoch_dirs = [Path(d) for d in epoch_dirs]
@@ -36,13 +42,18 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
         for directory in epoch_dirs:  # runs/<run>/epochs/<k>
             step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME, ["metrics.json"])
             candidates.append(read_json(directory / "metrics.json"))
+        if names:  # a sweep: every (member, epoch) is a candidate
+            candidates = sweep_candidates(candidates, names)
         diverged = [c["epoch"] for c in candidates if not all(math.isfinite(v) for v in c.values() if isinstance(v, float))]
         if diverged:
             raise ConfigError(f"runs.{spec['run']}: epoch(s) {diverged} have non-finite metrics; a diverged run is never selected.")
         best = choose(candidates, options["metric"], options["mode"])
-        chosen_dir = epoch_dirs[[c["epoch"] for c in candidates].index(best["epoch"])]
+        chosen_dir = epoch_dirs[[int(d.name) for d in epoch_dirs].index(best["epoch"])]
         require_intact(chosen_dir / SENTINEL_NAME, ["checkpoint.pt"], RULE)
-        checkpoint = torch.load(chosen_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+        source = chosen_dir / "checkpoint.pt"
+        if names:
+            source = io.BytesIO(sweep.read_member(source, best["member"], "checkpoint.pt"))
+        checkpoint = torch.load(source, map_location="cpu", weights_only=True)
         weights = {
             "format": "rffm-head-artifact/1",
             "classes": checkpoint["classes"],
@@ -68,8 +79,20 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
             "training": dict(spec["train"]),
             "selection": evidence,
         }
+        if names:  # the chosen member's settings, every member and the whole validation table
+            chosen = members[names.index(best["member"])]
+            card["training"] = sweep.member_train(spec["train"], chosen["settings"])
+            card["sweep"] = {
+                "member": chosen["name"],
+                "settings": chosen["settings"],
+                "members": members,
+                "order": sweep.ORDER_TEXT,
+                "validation": [{key: c[key] for key in ("member", "epoch", *VALIDATION_KEYS)} for c in candidates],
+            }
         atomic_write_bytes(step.out_dir / MODEL_CARD, canonical_json(card).encode(), mode=READ_ONLY)
         selection = {**evidence, "run": spec["run"], "artifact_sha256": digest, "artifact_path": artifact}
+        if names:
+            selection["settings"] = card["sweep"]["settings"]
         atomic_write_json(step.out_dir / "selection.json", selection)
         for name in ("selection.json", MODEL_CARD):
             step.output(name)

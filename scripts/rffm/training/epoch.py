@@ -49,23 +49,36 @@ def evaluate(
     tracer: BatchTracer | None = None,
 ) -> dict[str, float]:
     """Loss, accuracy and macro-F1 of the head on a cached split, in file order."""
+    return evaluate_members([head], split, batch_size, device, phases, tracer)[0]
+
+
+def evaluate_members(
+    heads: list[AttentionPoolHead],
+    split: CacheSplit,
+    batch_size: int,
+    device: torch.device | None = None,
+    phases: PhaseTimes | None = None,
+    tracer: BatchTracer | None = None,
+) -> list[dict[str, float]]:
+    """evaluate() of several heads from one pass over the split: each batch is gathered once and fed to all."""
     device = device or torch.device("cpu")
     phases = phases or PhaseTimes()
-    head.eval()
-    total_loss, predictions = 0.0, []
+    for head in heads:
+        head.eval()
+    total_loss, predictions = [0.0] * len(heads), [[] for _ in heads]
     batches = [np.arange(start, min(start + batch_size, len(split))) for start in range(0, len(split), batch_size)]
     with torch.no_grad():
         for hidden, labels in prefetched(split, batches, device, phases):
             with phases.phase("head"):
-                logits = head(hidden)
-                total_loss += F.cross_entropy(logits, labels, reduction="sum").item()
-                predictions.append(logits.argmax(dim=1).cpu().numpy())
+                for index, head in enumerate(heads):
+                    logits = head(hidden)
+                    total_loss[index] += F.cross_entropy(logits, labels, reduction="sum").item()
+                    predictions[index].append(logits.argmax(dim=1).cpu().numpy())
             if tracer is not None:
                 tracer.step()
-    predicted = np.concatenate(predictions)
-    confusion = confusion_matrix(split.labels, predicted, head.config.classes)
-    return {
-        "loss": total_loss / len(split),
-        "accuracy": float((predicted == split.labels).mean()),
-        "macro_f1": macro_f1(confusion),
-    }
+    results = []
+    for head, loss, predicted in zip(heads, total_loss, predictions, strict=True):
+        predicted = np.concatenate(predicted)
+        confusion = confusion_matrix(split.labels, predicted, head.config.classes)
+        results.append({"loss": loss / len(split), "accuracy": float((predicted == split.labels).mean()), "macro_f1": macro_f1(confusion)})
+    return results

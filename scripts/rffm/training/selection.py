@@ -11,6 +11,7 @@ from rffm.records.layout import ARTIFACTS, artifact_name
 from rffm.records.store import Store
 
 RULE_TEXT = "best value of the metric; ties go to the earliest epoch"
+SWEEP_RULE_TEXT = "best value of the metric over every (member, epoch); ties go to the earliest epoch, then the first member in grid order"
 
 
 def choose(metrics_by_epoch: list[dict[str, Any]], metric: str, mode: str) -> dict[str, Any]:
@@ -36,9 +37,21 @@ def evidence(chosen: dict[str, Any], candidates: list[dict[str, Any]], metric: s
         "mode": mode,
         "epoch": chosen["epoch"],
         "value": chosen[metric],
-        "candidates": [{"epoch": c["epoch"], metric: c[metric]} for c in candidates],
-        "rule": RULE_TEXT,
+        "candidates": [{"epoch": c["epoch"], metric: c[metric], **({"member": c["member"]} if "member" in c else {})} for c in candidates],
+        "rule": SWEEP_RULE_TEXT if "member" in chosen else RULE_TEXT,
+        **({"member": chosen["member"]} if "member" in chosen else {}),
     }
+
+
+def sweep_candidates(epoch_tables: list[dict[str, Any]], member_names: list[str]) -> list[dict[str, Any]]:
+    """Every (member, epoch) of a sweep's epoch metrics tables as one candidate, epochs ascending, members in grid order."""
+    candidates = []
+    for table in sorted(epoch_tables, key=lambda t: t["epoch"]):
+        missing = [name for name in member_names if name not in table["members"]]
+        if missing:
+            raise IntegrityError(f"epoch {table['epoch']}: its metrics hold no member {missing}. Fix: rerun snakemake.")
+        candidates += [{**table["members"][name], "member": name} for name in member_names]
+    return candidates
 
 
 def publish_artifact(results: Store, weights: dict[str, Any]) -> dict[str, Any]:
