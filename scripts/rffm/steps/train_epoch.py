@@ -81,6 +81,8 @@ def run(
                 for m in group:
                     if m not in todo:
                         step.details.setdefault("members_restored", []).append(m["name"])
+                for m in group if bundle else ():
+                    print(f"{RULE} {spec['run']}/{epoch}: member {m['name']} {'trained' if m in todo else 'restored from the memo'}")
                 if todo:
                     step.details["members_trained"] = [m["name"] for m in todo]
                     where = {"record": record, "record_dir": cache_record_dir, "scratch": scratch, "cache_options": cache_options}

@@ -1,0 +1,112 @@
+"""A sweep on the tiny configuration, through the real workflow (issue 21's acceptance 1-3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
+from rffm.training import sweep
+
+pytestmark = pytest.mark.workflow
+
+EPOCHS = [f"train_epoch[run=base, epoch={e}]" for e in (1, 2, 3)]
+GRID = {"train.lr": [0.003, 0.01, 0.03], "train.weight_decay": [0.0, 0.01]}
+NAMES = [m["name"] for m in sweep.members({"run": "base", "sweep": GRID})]
+
+
+def sweep_config(grid: dict = GRID) -> dict:
+    config = tiny_config()
+    config["runs"]["base"]["sweep"] = grid
+    return config
+
+
+def bundle_files(workdir: Path, epoch: int) -> Path:
+    return workdir / f"results/runs/base/epochs/{epoch}/checkpoint.pt"
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory) -> Path:
+    """The tiny workflow with a 3 x 2 sweep, run up to selection once per module (copy it before changing anything)."""
+    workdir = tmp_path_factory.mktemp("sweep")
+    write_config(workdir, sweep_config())
+    plan = snakemake(workdir, "-n", "validation_selection").stdout
+    for name in NAMES:  # the dry run names the members (in the epoch jobs' commands)
+        assert f"[{name}]" in plan
+    snakemake(workdir, "validation_selection")
+    return workdir
+
+
+def test_a_sweep_is_one_job_per_epoch_one_selection_and_one_exposure(selected: Path, tmp_path: Path):
+    """Acceptance 1: 3 x 2 grid (lr x weight decay); the model card names the chosen member and lists all six."""
+    workdir = copy_workdir(selected, tmp_path / "w")
+    assert planned_jobs(workdir) == sorted(["qualify[run=base]", "summarize_manifest[run=base]"])
+    for epoch in (1, 2, 3):
+        assert sweep.bundle_members(bundle_files(workdir, epoch)) == NAMES
+    snakemake(workdir)
+    selection = json.loads((workdir / "results/runs/base/selection/selection.json").read_text())
+    card = json.loads((workdir / "results/runs/base/selection/model_card.json").read_text())
+    assert card["sweep"]["member"] == selection["member"] in NAMES
+    assert [m["name"] for m in card["sweep"]["members"]] == NAMES and len(card["sweep"]["validation"]) == 6 * 3
+    manifest = json.loads((workdir / "results/runs/base/qualification/run_manifest.json").read_text())
+    assert manifest["qualification"]["exposure_count"] == 1
+    assert manifest["selection"]["member"] == selection["member"]
+    assert len(list((workdir / "results/ledger").rglob("*.json"))) >= 1
+    status = subprocess.run([str(BIN / "rffm"), "status", str(workdir / "results")], capture_output=True, text=True, check=True).stdout
+    assert f"[{selection['member']}]" in status
+    compare = subprocess.run([str(BIN / "rffm"), "compare", str(workdir / "results")], capture_output=True, text=True, check=True).stdout
+    assert f"base [{selection['member']}]" in compare
+    # the qualified-run freeze covers the grid: changing it is refused before any job
+    write_config(workdir, sweep_config({**GRID, "train.lr": [0.003, 0.01]}))
+    refused = snakemake(workdir, "-n", check=False)
+    assert refused.returncode != 0 and "sweep" in refused.stdout + refused.stderr
+
+
+def test_adding_an_lr_value_trains_only_the_new_members(selected: Path, tmp_path: Path):
+    """Acceptance 3: the epoch jobs are planned again, then selection; old members restored, their files unchanged."""
+    workdir = copy_workdir(selected, tmp_path / "w")
+    before = {e: bundle_files(workdir, e).read_bytes() for e in (1, 2, 3)}
+    grown = {**GRID, "train.lr": [*GRID["train.lr"], 0.1]}
+    write_config(workdir, sweep_config(grown))
+    assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]", "plot_training[run=base]"])
+    snakemake(workdir, "validation_selection")
+    new = [m["name"] for m in sweep.members({"run": "base", "sweep": grown}) if m["name"] not in NAMES]
+    assert new == ["lr=0.1,weight_decay=0.0", "lr=0.1,weight_decay=0.01"]
+    for epoch in (1, 2, 3):
+        log = (workdir / f"results/logs/train_epoch/base/{epoch}.log").read_text()
+        for name in NAMES:
+            assert f"member {name} restored from the memo" in log
+            assert sweep.read_member(bundle_files(workdir, epoch), name, "checkpoint.pt") == sweep.read_member(
+                _bytes_file(tmp_path, before[epoch]), name, "checkpoint.pt"
+            )
+        for name in new:
+            assert f"member {name} trained" in log
+        record = json.loads((workdir / f"results/runs/base/epochs/{epoch}/provenance.json").read_text())
+        assert record["members_trained"] == new
+    # removing a value retrains nothing (every member restored), then selection again
+    write_config(workdir, sweep_config({**GRID, "train.lr": [0.003, 0.01]}))
+    snakemake(workdir, "validation_selection")
+    for epoch in (1, 2, 3):
+        assert "members_trained" not in json.loads((workdir / f"results/runs/base/epochs/{epoch}/provenance.json").read_text())
+
+
+def test_a_member_equals_the_one_member_run_of_its_settings(selected: Path, tmp_path: Path):
+    """Acceptance 2: cmp of each member's last checkpoint against the same settings run alone (no sweep)."""
+    for member in sweep.members({"run": "base", "sweep": GRID})[::5]:  # first and last: the others are the unit test's
+        alone = tmp_path / member["name"]
+        alone.mkdir()
+        config = tiny_config()
+        config["runs"]["base"]["train"] = sweep.member_train(config["runs"]["base"]["train"], member["settings"])
+        write_config(alone, config)
+        snakemake(alone, "validation_selection")
+        plain = (alone / "results/runs/base/epochs/3/checkpoint.pt").read_bytes()
+        assert sweep.read_member(bundle_files(selected, 3), member["name"], "checkpoint.pt") == plain
+
+
+def _bytes_file(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "before.zip"
+    path.write_bytes(data)
+    return path
