@@ -300,6 +300,12 @@ def bench_cache(args: argparse.Namespace) -> int:
     return bench(args.samples, args.work_dir, args.threads, args.repeats, args.oom_limit, args.arch, args.device)
 
 
+def bench_sweep(args: argparse.Namespace) -> int:
+    from rffm.bench.sweep import main as bench
+
+    return bench(args.samples, args.epochs, args.work_dir, args.threads, args.device)
+
+
 def bench_staging(args: argparse.Namespace) -> int:
     from rffm.bench.staging import main as bench
 
@@ -458,6 +464,14 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--oom-limit", type=int, default=100, help="injected out-of-memory threshold (rows) for P5")
     sub.add_argument("--device", default="cpu", help="cpu or cuda (the GPU path: pinned memory, non-blocking copies, BF16 autocast)")
     sub.add_argument("--arch", type=_json, help='backbone arch overrides as JSON, e.g. \'{"dim": 192, "depth": 6}\'')
+    text = "An 8-member sweep against the same 8 heads as 8 separate runs: wall-time and cache-bytes ratios."
+    sub = benches.add_parser("sweep", help=text, description=text)
+    sub.set_defaults(func=bench_sweep)
+    sub.add_argument("--samples", type=int, default=22000, help="examples (the default dataset's size)")
+    sub.add_argument("--epochs", type=int, default=10, help="epochs of each arm (the default run's)")
+    sub.add_argument("--work-dir", help="where to put the temporary data (default: system temp dir)")
+    sub.add_argument("--threads", type=int, default=1, help="torch threads per epoch job (the rule's epoch_threads default)")
+    sub.add_argument("--device", default="cpu", help="cpu or cuda")
     text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
     sub = benches.add_parser("staging", help=text, description=text)
     sub.set_defaults(func=bench_staging)
