@@ -12,7 +12,8 @@ import torch
 
 from rffm.errors import IntegrityError
 from rffm.model import backbone
-from rffm.model.head import AttentionPoolHead, HeadConfig
+from rffm.model import head as head_model
+from rffm.model.head import AttentionPoolHead
 from rffm.model.metrics import summarize
 from rffm.records import launch, ledger, manifest
 from rffm.records.files import atomic_write_json, sha256_bytes
@@ -38,7 +39,7 @@ def load_artifact(store: Store, artifact: dict[str, Any]) -> tuple[AttentionPool
         raise IntegrityError(f"{RULE} refuses to start: {where}: sha256 differs from its name and the selection record. Fix: restore it.")
     try:
         blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        head = AttentionPoolHead(HeadConfig(**blob["head_config"]))
+        head = head_model.from_record(blob["head_config"])
         head.load_state_dict(blob["head"])
     except Exception as error:  # a hostile or foreign file: never unpickled with code, one line either way
         kind = type(error).__name__

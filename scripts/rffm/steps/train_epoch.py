@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from rffm.data import cache
 from rffm.data.cache import prefetched
 from rffm.errors import ConfigError, IntegrityError
+from rffm.model import head as head_model
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_json
 from rffm.records.layout import SENTINEL_NAME
@@ -151,7 +152,7 @@ def train(spec, options, splits, meta, epoch, previous_dir, step: Step, device, 
         "params_sha256": params_digest,
         "backbone_fingerprint": meta["backbone_fingerprint"],
         "classes": meta["classes"],
-        "head_config": head.config.__dict__,
+        "head_config": head_model.config_record(head.config),
         "head": {name: tensor.cpu() for name, tensor in head.state_dict().items()},
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
