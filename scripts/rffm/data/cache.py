@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import xxhash
 
+from rffm.data.cache_plan import human_bytes, row_cache_bytes
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import encoder as encoders
 from rffm.records.files import atomic_write_bytes, atomic_write_json, read_json, sha256_file, sha256_json
@@ -64,29 +65,9 @@ def from_bf16_bits(bits: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16).float()
 
 
-def human_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"
-
-
 def cache_bytes(counts: dict[str, int], tokens: int, dim: int, block: int = 4096, layers: int = 1) -> int:
     """Disk space every file of a cache takes (`layers` hidden states per token), each rounded up to whole filesystem blocks."""
     return row_cache_bytes(counts, layers * tokens * dim, block)
-
-
-def row_cache_bytes(counts: dict[str, int], row_elements: int, block: int = 4096) -> int:
-    """Disk space every file of a cache of `row_elements` BF16 values per example takes, in whole filesystem blocks."""
-
-    def blocks(size: int) -> int:
-        return -(-size // block) * block
-
-    total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
-    for count in counts.values():
-        total += blocks(count * row_elements * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
-    return total
 
 
 def check_disk_budget(directory: Path, needed: int, headroom: float) -> None:

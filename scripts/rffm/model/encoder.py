@@ -11,7 +11,6 @@ the model's outputs), their form ([B, T, D], [B, D, T] or pooled [B, D]) and the
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,10 @@ import torch
 from torch import nn
 
 from rffm.errors import ConfigError
+from rffm.model.taps import FORMS, KEEP, LAYOUTS, keep_options, kept_count, spec_for  # noqa: F401 (the encoder's vocabulary)
 from rffm.records.files import sha256_json
 
-LAYOUTS = {"channels": "[B, 2, L]", "samples": "[B, L, 2]", "antenna": "[B, 2, 1, L]", "complex": "[B, L] complex64"}
-FORMS = {"tokens": "[B, T, D]", "channels": "[B, D, T]", "pooled": "[B, D]"}
-KEEP = re.compile(r"^(all|prefix|mean|prefix\+mean|every:([1-9][0-9]*))$")
 NATIVE = ("pretrain", "random", "checkpoint")  # kinds whose file is an rffm backbone.pt (IQPatchTransformer)
-
-
-def spec_for(backbone: dict[str, Any]) -> dict[str, Any]:
-    """What build_cache does with a backbone (a cache param, part of the cache's identity): adapter, taps, keep."""
-    adapter = {"layout": "channels", "normalize": "none", **backbone.get("adapter", {})}
-    taps = {"form": "tokens", "prefix": 0, **backbone.get("taps", {})}
-    return {"adapter": adapter, "taps": taps, "keep": backbone.get("keep", "all")}
 
 
 def fingerprint(backbone_fingerprint: str, spec: dict[str, Any]) -> str:
@@ -73,23 +63,6 @@ def length_problem(where: str, adapter: dict[str, Any], length: int | None, data
 # ---- the keep option ----
 
 
-def kept_count(tokens: int, prefix: int, keep: str) -> int:
-    """Tokens a tap of `tokens` tokens (the first `prefix` of them prefix tokens) keeps under a keep option."""
-    match = KEEP.match(keep)
-    if match is None:
-        raise ConfigError(f"keep {keep!r}: not one of all, prefix, mean, prefix+mean, every:K")
-    body = tokens - prefix
-    if keep == "all":
-        return tokens
-    if keep == "prefix":
-        return prefix
-    if keep == "mean":
-        return 1
-    if keep == "prefix+mean":
-        return prefix + 1
-    return prefix + -(-body // int(match.group(2)))  # every k-th of the body, after the prefix tokens
-
-
 def keep_tokens(hidden: torch.Tensor, prefix: int, keep: str) -> torch.Tensor:
     """[B, T, D] -> [B, T', D] under a keep option (T' = kept_count)."""
     head, body = hidden[:, :prefix], hidden[:, prefix:]
@@ -102,12 +75,6 @@ def keep_tokens(hidden: torch.Tensor, prefix: int, keep: str) -> torch.Tensor:
     if keep == "prefix+mean":
         return torch.cat([head, body.mean(dim=1, keepdim=True)], dim=1)
     return torch.cat([head, body[:, :: int(keep.split(":")[1])]], dim=1)
-
-
-def keep_options(prefix: int, configured: str) -> list[str]:
-    """The keep options worth printing next to each other for a tap layout (the configured one included)."""
-    options = ["all", *(["prefix"] if prefix else []), "mean", *(["prefix+mean"] if prefix else []), "every:2", "every:4", "every:8"]
-    return options if configured in options else [*options, configured]
 
 
 # ---- the encoder ----
