@@ -353,7 +353,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--source-root", default=".", help="folder the spec's relative source paths are relative to (default: .)")
     text = "Build a backbone: self-supervised pretraining or random init."
     verb(pretrain_backbone, text, "backbones", True, "--dataset-dir", "--out-dir")
-    sub = verb(import_backbone, "Import a user backbone (checkpoint, python entry point + weights, torch.export program) after checking its sha256.", "backbones", False, "--out-dir")
+    text = "Import a user backbone (checkpoint, python entry point + weights, torch.export program) after checking its sha256."
+    sub = verb(import_backbone, text, "backbones", False, "--out-dir")
     sub.add_argument("--source-root", default=".", help="folder the spec's relative checkpoint path is relative to (default: .)")
     sub = verb(build_cache, "Build the hidden-state cache (a node-local memo) and its record.", "", True, "--dataset-dir", "--backbone-dir")
     sub.add_argument("--out-dir", required=True, help="the record's folder: results/caches/<dataset>__<backbone>")

@@ -425,6 +425,9 @@ def directory_problems(config: dict[str, Any], keys: Iterable[str]) -> list[str]
     return problems
 
 
+IMPORTED_FILE = {"checkpoint": "backbone.pt", "python": "weights file", "export": ".pt2 program"}
+
+
 def imported_file_problems(config: dict[str, Any]) -> list[str]:
     """Backbone checkpoints and dataset source files that are not there."""
     from rffm.data.sources import input_files
@@ -435,7 +438,7 @@ def imported_file_problems(config: dict[str, Any]) -> list[str]:
         if spec["source"] in ("checkpoint", "python", "export") and path and not Path(path).is_file():
             problems.append(
                 f"backbones.{name}.path: {path} {'is a directory' if Path(path).is_dir() else 'does not exist'}. "
-                f"Fix: point it at the backbone.pt to import{_from_cwd(path)}"
+                f"Fix: point it at the {IMPORTED_FILE[spec['source']]} to import{_from_cwd(path)}"
             )
     for name, spec in config["datasets"].items():
         key = f"datasets.{name}.{spec['source']}" + (".recordings" if spec["source"] == "sigmf" else ".path")

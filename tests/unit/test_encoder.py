@@ -1,9 +1,11 @@
-"""One encoder for every backbone kind: adapter layouts, taps by hooks / method / outputs, tap forms, keep options, the head over any taps."""
+"""One encoder for every backbone kind: adapter layouts, taps (hooks, method, outputs), forms, keep options, the head over any taps."""
 
 from __future__ import annotations
 
 import pytest
+import spectrumfm_like
 import torch
+import wavesfm_like
 from torch import nn
 
 from byo import SPECTRUM, WAVES
@@ -14,8 +16,6 @@ from rffm.errors import ConfigError
 from rffm.model import head
 from rffm.model.encoder import Encoder, adapt, as_row, keep_tokens, row_shape
 from rffm.model.taps import kept_count, spec_for
-import spectrumfm_like
-import wavesfm_like
 
 
 def encoder(model, **config) -> Encoder:

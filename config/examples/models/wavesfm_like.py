@@ -53,7 +53,16 @@ class Block(nn.Module):
 class WavesLikeViT(nn.Module):
     """[B, 2, antennas, T] IQ -> [B, 1 + T/segment, dim] tokens (CLS first)."""
 
-    def __init__(self, length: int = 128, antennas: int = 1, segment: int = 16, dim: int = 256, depth: int = 8, heads: int = 8, mlp_ratio: float = 6.0):
+    def __init__(
+        self,
+        length: int = 128,
+        antennas: int = 1,
+        segment: int = 16,
+        dim: int = 256,
+        depth: int = 8,
+        heads: int = 8,
+        mlp_ratio: float = 6.0,
+    ):
         super().__init__()
         if length % segment:
             raise ValueError(f"length {length} is not a multiple of the segment {segment}")

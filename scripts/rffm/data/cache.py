@@ -290,7 +290,7 @@ def prefetched(
 
 
 def recipe(record: dict[str, Any]) -> str:
-    """What a cache is built from, as one digest: the upstream sentinels, the build code and the encoder (adapter, taps, keep) a build_cache record names."""
+    """What a cache is built from, as one digest: the upstream sentinels, the build code and the encoder a build_cache record names."""
     inputs = {role: ref["sha256"] for role, ref in record["inputs"].items()}
     return sha256_json({"inputs": inputs, "code": record["code_sha256"], "encoder": record.get("encoder", {}).get("fingerprint")})
 

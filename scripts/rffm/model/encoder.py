@@ -105,7 +105,10 @@ class Encoder:
         if taps.get("method"):
             method = getattr(self.model, taps["method"], None)
             if not callable(method):
-                raise ConfigError(f"{self.where}.taps.method: {type(self.model).__name__} has no method {taps['method']!r}. Fix: name a method that returns the per-layer tensors.")
+                raise ConfigError(
+                    f"{self.where}.taps.method: {type(self.model).__name__} has no method {taps['method']!r}. "
+                    f"Fix: name a method that returns the per-layer tensors."
+                )
             outputs = method(inputs)
         else:
             outputs = self.model(inputs)
@@ -116,7 +119,9 @@ class Encoder:
         try:
             return [outputs[index] for index in select]
         except IndexError:
-            raise ConfigError(f"{self.where}.taps.select: {select} but the model gives {len(outputs)} outputs. Fix: select indices below {len(outputs)}.") from None
+            raise ConfigError(
+                f"{self.where}.taps.select: {select} but the model gives {len(outputs)} outputs. Fix: select indices below {len(outputs)}."
+            ) from None
 
     def hooked(self, inputs: torch.Tensor, names: list[str]) -> list[torch.Tensor]:
         """Outputs of named submodules, captured by forward hooks during one forward pass."""
@@ -131,7 +136,11 @@ class Encoder:
                     f"{self.where}.taps.modules: {type(self.model).__name__} has no module {name!r} (its top-level modules: "
                     f"{', '.join(known)}). Fix: name modules as model.named_modules() prints them, e.g. blocks.3."
                 ) from None
-            handles.append(module.register_forward_hook(lambda _m, _i, out, name=name: captured.__setitem__(name, out[0] if isinstance(out, tuple) else out)))
+            handles.append(
+                module.register_forward_hook(
+                    lambda _m, _i, out, name=name: captured.__setitem__(name, out[0] if isinstance(out, tuple) else out)
+                )
+            )
         try:
             self.model(inputs)
         finally:
@@ -139,13 +148,18 @@ class Encoder:
                 handle.remove()
         missing = [name for name in names if name not in captured]
         if missing:
-            raise ConfigError(f"{self.where}.taps.modules: {missing[0]!r} never ran in a forward pass. Fix: tap modules the forward pass calls.")
+            raise ConfigError(
+                f"{self.where}.taps.modules: {missing[0]!r} never ran in a forward pass. Fix: tap modules the forward pass calls."
+            )
         return [captured[name] for name in names]
 
     def features(self, iq: torch.Tensor) -> list[torch.Tensor]:
         """Staged IQ [B, 2, L] -> one [B, T_i, D_i] tensor per tap, after the keep option (the cached features)."""
         if self.length is not None and iq.shape[-1] != self.length:
-            raise ConfigError(f"{self.where}: the backbone takes IQ of length {self.length}, got {iq.shape[-1]}. Fix: use a dataset of length {self.length}.")
+            raise ConfigError(
+                f"{self.where}: the backbone takes IQ of length {self.length}, got {iq.shape[-1]}. "
+                f"Fix: use a dataset of length {self.length}."
+            )
         taps = self.spec["taps"]
         form, prefix = taps["form"], int(taps["prefix"])
         out = []
@@ -155,7 +169,8 @@ class Encoder:
                 shape = list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
                 raise ConfigError(
                     f"{self.where}.taps: tap {self.tap_names()[index]!r} gives {shape} for a batch of {iq.shape[0]}, not the declared "
-                    f"form {form} {FORMS[form]}. Fix: set taps.form to tokens [B, T, D], channels [B, D, T] or pooled [B, D], or tap another module."
+                    f"form {form} {FORMS[form]}. "
+                    f"Fix: set taps.form to tokens [B, T, D], channels [B, D, T] or pooled [B, D], or tap another module."
                 )
             if form == "pooled":
                 out.append(hidden.unsqueeze(1).float())

@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 from rffm.errors import ConfigError, IntegrityError
-from rffm.model.usercode import search_path, split_entry_point, user_source
+from rffm.model.usercode import split_entry_point, user_source
 from rffm.records.files import sha256_file, sha256_json
+
 
 def factory(entry_point: str, import_path: str | None, where: str):
     """The user's factory function, imported (the import path first on sys.path)."""
@@ -35,10 +36,15 @@ def factory(entry_point: str, import_path: str | None, where: str):
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # the user's module failed to import: one line, their error named
-        raise ConfigError(f"{where}.python.entry_point: importing {module_name} failed: {type(error).__name__}: {error}. Fix: make `import {module_name}` work.") from None
+        raise ConfigError(
+            f"{where}.python.entry_point: importing {module_name} failed: {type(error).__name__}: {error}. "
+            f"Fix: make `import {module_name}` work."
+        ) from None
     function = getattr(module, attr, None)
     if not callable(function):
-        raise ConfigError(f"{where}.python.entry_point: {module_name} has no callable {attr!r}. Fix: name the function that returns the nn.Module.")
+        raise ConfigError(
+            f"{where}.python.entry_point: {module_name} has no callable {attr!r}. Fix: name the function that returns the nn.Module."
+        )
     return function
 
 
@@ -49,9 +55,14 @@ def construct(python: dict[str, Any], where: str) -> nn.Module:
     try:
         model = function(**kwargs)
     except Exception as error:
-        raise ConfigError(f"{where}.python: {python['entry_point']}(**{kwargs}) raised {type(error).__name__}: {error}. Fix: check python.kwargs against the factory.") from None
+        raise ConfigError(
+            f"{where}.python: {python['entry_point']}(**{kwargs}) raised {type(error).__name__}: {error}. "
+            f"Fix: check python.kwargs against the factory."
+        ) from None
     if not isinstance(model, nn.Module):
-        raise ConfigError(f"{where}.python: {python['entry_point']} returned {type(model).__name__}, not a torch nn.Module. Fix: return the model.")
+        raise ConfigError(
+            f"{where}.python: {python['entry_point']} returned {type(model).__name__}, not a torch nn.Module. Fix: return the model."
+        )
     return model
 
 
@@ -66,7 +77,10 @@ def read_weights(path: Path, key: str | None, where: str) -> dict[str, torch.Ten
         try:
             blob: Any = load_file(str(path))
         except Exception as error:
-            raise IntegrityError(f"{path}: neither a safetensors file nor a torch checkpoint ({type(error).__name__}). Fix: point {where}.path at the weights file.") from None
+            raise IntegrityError(
+                f"{path}: neither a safetensors file nor a torch checkpoint ({type(error).__name__}). "
+                f"Fix: point {where}.path at the weights file."
+            ) from None
     else:
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
@@ -78,10 +92,16 @@ def read_weights(path: Path, key: str | None, where: str) -> dict[str, torch.Ten
     if key:
         if not isinstance(blob, dict) or key not in blob:
             keys = sorted(blob)[:8] if isinstance(blob, dict) else type(blob).__name__
-            raise ConfigError(f"{where}.python.key: {path} has no key {key!r} (top-level keys: {keys}). Fix: set python.key to the one holding the state_dict.")
+            raise ConfigError(
+                f"{where}.python.key: {path} has no key {key!r} (top-level keys: {keys}). "
+                f"Fix: set python.key to the one holding the state_dict."
+            )
         blob = blob[key]
     if not isinstance(blob, dict) or not all(isinstance(v, torch.Tensor) for v in blob.values()):
-        raise ConfigError(f"{where}: {path} is not a state_dict (name -> tensor){' under ' + key if key else ''}. Fix: set python.key to the nested state_dict (e.g. model).")
+        raise ConfigError(
+            f"{where}: {path} is not a state_dict (name -> tensor){' under ' + key if key else ''}. "
+            f"Fix: set python.key to the nested state_dict (e.g. model)."
+        )
     return dict(blob)
 
 
@@ -91,9 +111,12 @@ def load_state(model: nn.Module, state: dict[str, torch.Tensor], strict: bool, w
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as error:  # shape mismatches
         first = str(error).strip().splitlines()[1:2] or [str(error)]
-        raise ConfigError(f"{where}: {path} does not fit the model: {first[0].strip()}. Fix: check python.kwargs (widths, depth) against the checkpoint.") from None
+        raise ConfigError(
+            f"{where}: {path} does not fit the model: {first[0].strip()}. Fix: check python.kwargs (widths, depth) against the checkpoint."
+        ) from None
     missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
     if strict and (missing or unexpected):
+
         def some(names):
             return ", ".join(names[:4]) + (f" (+{len(names) - 4} more)" if len(names) > 4 else "")
 
@@ -127,7 +150,10 @@ def load_export(path: Path, where: str):
     try:
         return torch.export.load(str(path)).module()
     except Exception as error:
-        raise IntegrityError(f"{path}: not a loadable torch.export program ({type(error).__name__}: {error}). Fix: write it with torch.export.save(...) as .pt2.") from None
+        raise IntegrityError(
+            f"{path}: not a loadable torch.export program ({type(error).__name__}: {error}). "
+            f"Fix: write it with torch.export.save(...) as .pt2."
+        ) from None
 
 
 def load(backbone: dict[str, Any], path: Path, where: str, device: torch.device | str = "cpu") -> tuple[nn.Module, str]:
@@ -142,13 +168,16 @@ def load(backbone: dict[str, Any], path: Path, where: str, device: torch.device 
     source = user_source(python["entry_point"], python.get("import_path"), where)
     if source["sha256"] != backbone["user_source"]["sha256"]:
         raise IntegrityError(
-            f"{where}: the source of {source['package']} changed since it was imported (the fingerprint covers it). Fix: rerun snakemake, which imports it again."
+            f"{where}: the source of {source['package']} changed since it was imported (the fingerprint covers it). "
+            f"Fix: rerun snakemake, which imports it again."
         )
     blob = torch.load(path, map_location="cpu", weights_only=True)
     model = construct(python, where)
     load_state(model, blob["state_dict"], bool(python.get("strict", True)), where, path)
     actual = python_fingerprint(python, tensors_digest(blob["state_dict"]), source["sha256"])
     if actual != backbone["fingerprint"]:
-        raise IntegrityError(f"{path}: fingerprint {actual[:16]}… differs from the recorded {backbone['fingerprint'][:16]}…. Fix: rerun snakemake.")
+        raise IntegrityError(
+            f"{path}: fingerprint {actual[:16]}… differs from the recorded {backbone['fingerprint'][:16]}…. Fix: rerun snakemake."
+        )
     model.requires_grad_(False)
     return model.eval().to(device), actual

@@ -52,7 +52,7 @@ class AttentionPoolHead(nn.Module):
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """[B, F] -> one [B, T_i, dim] per tap (projected to the common width)."""
         parts, start = [], 0
-        for (tokens, width), project in zip(self.config.taps, self.project):
+        for (tokens, width), project in zip(self.config.taps, self.project, strict=True):
             parts.append(project(flat[:, start : start + tokens * width].view(-1, tokens, width)))
             start += tokens * width
         return parts
@@ -66,7 +66,9 @@ class AttentionPoolHead(nn.Module):
             weights = torch.softmax(self.layer_weights, dim=0)
             if len({part.shape[1] for part in parts}) == 1:  # one token count: a weighted sum, as for stacked taps
                 return (self.layer_norm(torch.stack(parts, dim=1)) * weights.view(1, -1, 1, 1)).sum(dim=1)
-            return torch.cat([self.layer_norm(part) * weight for part, weight in zip(parts, weights)], dim=1)  # tokens side by side
+            return torch.cat(
+                [self.layer_norm(part) * weight for part, weight in zip(parts, weights, strict=True)], dim=1
+            )  # tokens side by side
         if self.config.layers == 1:
             return hidden
         weights = torch.softmax(self.layer_weights, dim=0).view(1, -1, 1, 1)

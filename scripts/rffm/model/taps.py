@@ -15,6 +15,7 @@ LAYOUTS = {"channels": "[B, 2, L]", "samples": "[B, L, 2]", "antenna": "[B, 2, 1
 FORMS = {"tokens": "[B, T, D]", "channels": "[B, D, T]", "pooled": "[B, D]"}
 KEEP = re.compile(r"^(all|prefix|mean|prefix\+mean|every:([1-9][0-9]*))$")
 
+
 def spec_for(backbone: dict[str, Any]) -> dict[str, Any]:
     """What build_cache does with a backbone (a cache param, part of the cache's identity): adapter, taps, keep."""
     adapter = {"layout": "channels", "normalize": "none", **backbone.get("adapter", {})}

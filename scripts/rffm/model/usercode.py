@@ -22,7 +22,10 @@ def split_entry_point(entry_point: str, where: str) -> tuple[str, str]:
     """'package.module:factory' -> (module, factory)."""
     module, sep, attr = entry_point.partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(f"{where}.python.entry_point: {entry_point!r} is not 'package.module:factory'. Fix: name the module and the function that returns the nn.Module.")
+        raise ConfigError(
+            f"{where}.python.entry_point: {entry_point!r} is not 'package.module:factory'. "
+            f"Fix: name the module and the function that returns the nn.Module."
+        )
     return module, attr
 
 

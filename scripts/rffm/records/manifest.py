@@ -138,5 +138,6 @@ def user_backbone(record: dict[str, Any]) -> dict[str, Any]:
     if "python" in record:
         out["entry_point"] = record["python"]["entry_point"]
         out["kwargs"] = record["python"].get("kwargs", {})
-        out["package"] = {"name": record["user_source"]["package"], "version": record["user_source"]["version"], "source_sha256": record["user_source"]["sha256"]}
+        code = record["user_source"]
+        out["package"] = {"name": code["package"], "version": code["version"], "source_sha256": code["sha256"]}
     return out

@@ -28,7 +28,9 @@ RULE = "build_cache"
 TRACE = "cache_build.trace.json"
 
 
-def describe(weights: dict[str, Any], dataset: dict[str, Any], dataset_dir: Path, backbone_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
+def describe(
+    weights: dict[str, Any], dataset: dict[str, Any], dataset_dir: Path, backbone_dir: Path, spec: dict[str, Any]
+) -> dict[str, Any]:
     """The record's facts: the backbone, the encoder and what the cache holds (row shapes from one probe batch on the CPU)."""
     backbone = weights["backbone"]
     where = f"backbones.{weights['key']['backbone']}"
@@ -51,7 +53,7 @@ def describe(weights: dict[str, Any], dataset: dict[str, Any], dataset_dir: Path
             "dtype": "bfloat16",
             "input_length": length,
             "shapes": {split: [counts[split], *row] for split in CACHED_SPLITS},
-            "taps": [{"name": name, "tokens": tokens, "dim": dim} for name, (tokens, dim) in zip(names, taps)],
+            "taps": [{"name": name, "tokens": tokens, "dim": dim} for name, (tokens, dim) in zip(names, taps, strict=True)],
         },
     }
 

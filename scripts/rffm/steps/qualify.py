@@ -165,7 +165,7 @@ def run(
     return step.sentinel
 
 
-def evaluate(head, blob, dataset_dir: Path, backbone_dir: Path, cached, spec, batch_size, batch_profile, device, step: Step) -> dict[str, Any]:
+def evaluate(head, blob, dataset_dir: Path, backbone_dir: Path, cached, spec, batch_size, batch_profile, device, step) -> dict[str, Any]:
     """The test metrics of the artifact: the one read of the test split, through the encoder the cache was built with."""
     require_intact(dataset_dir / SENTINEL_NAME, [split_file("test")], RULE)
     test_path = dataset_dir / split_file("test")
@@ -174,6 +174,6 @@ def evaluate(head, blob, dataset_dir: Path, backbone_dir: Path, cached, spec, ba
     encoder = cached["encoder"]
     model = encoders.load(cached["backbone"], backbone_dir / "backbone.pt", encoder["spec"], encoder["where"], device)
     if model.identity != encoder["fingerprint"]:
-        raise IntegrityError(f"{RULE} refuses to start: {backbone_dir}: its encoder is not the one the cache record names. Fix: rerun snakemake.")
+        raise IntegrityError(f"{RULE} refuses to start: {backbone_dir}: not the encoder the cache record names. Fix: rerun snakemake.")
     predictions, step.details["batch_stats"] = predict(model, head, test_path, batch_size, batch_profile, device)
     return summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec["high_snr_db"])
