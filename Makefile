@@ -62,7 +62,7 @@ if wanted == "cpu" and cuda:
 endef
 export torch_check
 
-.PHONY: setup run test lint floor compare docs clean torch-choice
+.PHONY: setup run test lint floor compare docs clean torch-choice example-weights
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,11 @@ run: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(RUN_CONFIG)
 	$(BIN)/rffm verify results
 	$(BIN)/rffm status results
+
+# The example user backbones' weights (config/examples/{wavesfm_like,spectrumfm_like,exported_backbone}.yaml):
+# random, deterministic, written locally (not in git); prints the sha256 the example configs pin.
+example-weights: setup
+	$(BIN)/python config/examples/models/make_weights.py
 
 test: setup
 	$(BIN)/python -m pytest -q

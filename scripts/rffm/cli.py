@@ -85,7 +85,8 @@ def build_cache(args: argparse.Namespace) -> None:
 
     inputs = (args.dataset_dir, args.backbone_dir, args.out_dir, args.scratch)
     profiling = {"profile_runs": args.profile_runs or [], "profile_batches": args.profile_batches}
-    build_cache.run(*inputs, **_cache_options(args), device=device, store=args.store, **profiling)
+    encoder = json.loads(args.encoder) if args.encoder else None
+    build_cache.run(*inputs, **_cache_options(args), spec=encoder, device=device, store=args.store, **profiling)
 
 
 def train_epoch(args: argparse.Namespace) -> None:
@@ -359,13 +360,15 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--source-root", default=".", help="folder the spec's relative source paths are relative to (default: .)")
     text = "Build a backbone: self-supervised pretraining or random init."
     verb(pretrain_backbone, text, "backbones", True, "--dataset-dir", "--out-dir")
-    sub = verb(import_backbone, "Import a user backbone checkpoint after checking its sha256.", "backbones", False, "--out-dir")
+    text = "Import a user backbone (checkpoint, python entry point + weights, torch.export program) after checking its sha256."
+    sub = verb(import_backbone, text, "backbones", False, "--out-dir")
     sub.add_argument("--source-root", default=".", help="folder the spec's relative checkpoint path is relative to (default: .)")
     sub = verb(build_cache, "Build the hidden-state cache (a node-local memo) and its record.", "", True, "--dataset-dir", "--backbone-dir")
     sub.add_argument("--out-dir", required=True, help="the record's folder: results/caches/<dataset>__<backbone>")
     cache_options(sub)
     sub.add_argument("--profile-runs", nargs="*", help="runs whose profiling folders get the build's trace")
     sub.add_argument("--profile-batches", type=int, default=0, help="batches to trace (0: no trace)")
+    sub.add_argument("--encoder", help="JSON: the backbone's input adapter, taps and keep option (rffm.model.encoder.spec_for)")
     sub = verb(train_epoch, "Train one epoch of the head from cached hidden states.", "runs", True, "--cache-record-dir", "--out-dir")
     sub.add_argument("--epoch", type=int, required=True)
     sub.add_argument("--previous-dir")

@@ -272,8 +272,8 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
                 )
             elif spec["dataset"] not in config.get("datasets", {}):
                 problems.append(f"backbones.{name}.dataset: {spec['dataset']!r} is not defined under datasets")
-        elif spec.get("source") == "checkpoint" and not {"path", "sha256"} <= spec.keys():
-            problems.append(f"backbones.{name}: source 'checkpoint' needs both `path` and `sha256`. Fix: add the missing one")
+        elif spec.get("source") in ("checkpoint", "python", "export") and not {"path", "sha256"} <= spec.keys():
+            problems.append(f"backbones.{name}: source {spec['source']!r} needs both `path` and `sha256`. Fix: add the missing one")
     for name, run in config.get("runs", {}).items():
         for key, table in (("dataset", "datasets"), ("backbone", "backbones")):
             if key in run and run[key] not in config.get(table, {}):
@@ -425,6 +425,9 @@ def directory_problems(config: dict[str, Any], keys: Iterable[str]) -> list[str]
     return problems
 
 
+IMPORTED_FILE = {"checkpoint": "backbone.pt", "python": "weights file", "export": ".pt2 program"}
+
+
 def imported_file_problems(config: dict[str, Any]) -> list[str]:
     """Backbone checkpoints and dataset source files that are not there."""
     from rffm.data.sources import input_files
@@ -432,10 +435,10 @@ def imported_file_problems(config: dict[str, Any]) -> list[str]:
     problems = []
     for name, spec in config["backbones"].items():
         path = spec.get("path")
-        if spec["source"] == "checkpoint" and path and not Path(path).is_file():
+        if spec["source"] in ("checkpoint", "python", "export") and path and not Path(path).is_file():
             problems.append(
                 f"backbones.{name}.path: {path} {'is a directory' if Path(path).is_dir() else 'does not exist'}. "
-                f"Fix: point it at the backbone.pt to import{_from_cwd(path)}"
+                f"Fix: point it at the {IMPORTED_FILE[spec['source']]} to import{_from_cwd(path)}"
             )
     for name, spec in config["datasets"].items():
         key = f"datasets.{name}.{spec['source']}" + (".recordings" if spec["source"] == "sigmf" else ".path")

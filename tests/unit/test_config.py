@@ -36,3 +36,13 @@ def test_references_are_checked_once_the_shape_is_right():
         "backbones.mini.dataset: 'elsewhere' is not defined under datasets",
         "runs.base.backbone: 'huge' is not defined under backbones (defined: mini)",
     ]
+
+
+def test_the_bring_your_own_backbone_examples_are_valid_with_the_default_config():
+    default = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    for name in ("wavesfm_like", "spectrumfm_like", "exported_backbone"):
+        example = yaml.safe_load((REPO / f"config/examples/{name}.yaml").read_text())
+        merged = config.merge(default, example)
+        assert config.problems(merged, SCHEMA) == [], name
+        (backbone,) = example["backbones"].values()
+        assert backbone["source"] in ("python", "export") and len(backbone["sha256"]) == 64

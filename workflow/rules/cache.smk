@@ -20,6 +20,7 @@ rule build_cache:
         cache_profile_batches=cache_profile_batches,
     params:
         code=CODE["build_cache"],
+        encoder=cache_encoder,
         dataset_dir=input_dir("dataset"),
         backbone_dir=input_dir("backbone"),
         out_dir=output_dir("sentinel"),
@@ -28,5 +29,5 @@ rule build_cache:
         " --disk-headroom {resources.disk_headroom} --device {resources.device} --threads {threads}"
         " --scratch {resources.scratch} --store {resources.store}"
         " --profile-runs {resources.cache_profile_runs} --profile-batches {resources.cache_profile_batches}"
-        " --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir}"
+        " --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir} --encoder {params.encoder:q}"
         " --out-dir {params.out_dir} > {log} 2>&1"

@@ -22,6 +22,9 @@ from rffm.records.layout import (
 )
 from rffm.records.store import open_store
 from rffm.ops.unlock import record_owner
+from rffm.data import cache_plan
+from rffm.model.taps import spec_for
+from rffm.model.usercode import user_source
 from rffm.training import sweep
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
@@ -160,9 +163,10 @@ def dataset_spec(wildcards):
 
 
 def backbone_spec(wildcards):
-    return as_json(
-        {"name": wildcards.backbone, **config["backbones"][wildcards.backbone]}
-    )
+    """A backbone's build or import params; its adapter, taps and keep are build_cache's (cache_encoder)."""
+    backbone = config["backbones"][wildcards.backbone]
+    kept = {k: v for k, v in backbone.items() if k not in ENCODER_KEYS}
+    return as_json({"name": wildcards.backbone, **kept})
 
 
 def epoch_spec(wildcards):
@@ -204,6 +208,13 @@ DISK_HEADROOM = str(config["cache"]["disk_headroom"])
 BATCH_PROFILE = f"{SCRATCH}/batch_profile.json"
 LAUNCH_PROFILE = config.get("launch_profile", "")
 MEMO_STORE = config.get("checkpoint_store", "")
+# what the profile asks for build_cache (set-resources): the cache planner's disk on clusters
+BUILD_CACHE_DISK = {
+    key: getattr(value, "raw", value)
+    for key, value in workflow.resource_settings.overwrite_resources.get(
+        "build_cache", {}
+    ).items()
+}
 
 
 def profiling_runs(dataset, backbone):
@@ -584,3 +595,31 @@ def on_start():
         )
     except RffmError as error:  # before any job: stop with the one line
         raise PlanRefused(f"rffm: {error}") from None
+
+
+# ---- bring your own backbone (rffm.model.encoder): the cache's encoder, the user's code, the cache planner ----
+ENCODER_KEYS = ("adapter", "taps", "keep")
+
+
+def cache_encoder(wildcards):
+    """build_cache's param: how the backbone is called and read (adapter, taps, keep); changing it rebuilds the cache only."""
+    return as_json(spec_for(config["backbones"][wildcards.backbone]))
+
+
+def user_code(wildcards):
+    """import_backbone's param for `source: python`: the digest of the user's package source (an edit reruns the import)."""
+    backbone = config["backbones"][wildcards.backbone]
+    if backbone["source"] != "python":
+        return ""
+    python = backbone["python"]
+    try:
+        where = f"backbones.{wildcards.backbone}"
+        return user_source(python["entry_point"], python.get("import_path"), where)["sha256"]
+    except RffmError as error:
+        raise PlanRefused(f"rffm: {error}") from None
+
+
+# Caches that cannot fit the scratch disk (or a dataset length the backbone does not take) stop the plan, -n included.
+if workflow.is_main_process and not workflow.remote_exec:
+    if refused := cache_plan.refusals(config, RESULTS, SCRATCH, BUILD_CACHE_DISK):
+        raise PlanRefused("rffm: " + "\n  ".join(refused))

@@ -34,10 +34,11 @@ rule import_backbone:
     log:
         f"{RESULTS}/logs/import_backbone/{{backbone}}.log",
     wildcard_constraints:
-        backbone=names_pattern(backbones_with_source("checkpoint")),
+        backbone=names_pattern(backbones_with_source("checkpoint", "python", "export")),
     params:
         spec=backbone_spec,
         code=CODE["import_backbone"],
+        user_code=user_code,
         out_dir=output_dir("sentinel"),
         source_root=lambda wildcards, input: source_root(
             input.checkpoint, [config["backbones"][wildcards.backbone]["path"]]

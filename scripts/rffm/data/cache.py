@@ -37,8 +37,9 @@ import numpy as np
 import torch
 import xxhash
 
+from rffm.data.cache_plan import human_bytes, row_cache_bytes
 from rffm.errors import ConfigError, IntegrityError
-from rffm.model import backbone
+from rffm.model import encoder as encoders
 from rffm.records.files import atomic_write_bytes, atomic_write_json, read_json, sha256_file, sha256_json
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_files, hidden_file, split_file
 from rffm.records.sentinel import check_record, file_record, parts_record, require_intact, seal, unseal
@@ -64,24 +65,9 @@ def from_bf16_bits(bits: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16).float()
 
 
-def human_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"
-
-
 def cache_bytes(counts: dict[str, int], tokens: int, dim: int, block: int = 4096, layers: int = 1) -> int:
     """Disk space every file of a cache takes (`layers` hidden states per token), each rounded up to whole filesystem blocks."""
-
-    def blocks(size: int) -> int:
-        return -(-size // block) * block
-
-    total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
-    for count in counts.values():
-        total += blocks(count * layers * tokens * dim * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
-    return total
+    return row_cache_bytes(counts, layers * tokens * dim, block)
 
 
 def check_disk_budget(directory: Path, needed: int, headroom: float) -> None:
@@ -199,7 +185,7 @@ class BackgroundWriter:
 
 
 def cache_split(
-    model: backbone.IQPatchTransformer,
+    model: encoders.Encoder,
     source: Path,
     target: np.memmap,
     controller: batching.AdaptiveBatch,
@@ -220,7 +206,7 @@ def cache_split(
             with phases.phase("input_prep"):
                 inputs = torch.from_numpy(batch).to(device, non_blocking=True)
             with phases.phase("backbone"), torch.no_grad(), autocast:
-                hidden = model(inputs)
+                hidden = encoders.as_row(model.features(inputs))
             with phases.phase("staging"):
                 bits = to_bf16_bits(hidden)  # on CUDA this waits for the device-to-host copy
             with phases.phase("cache_store"):
@@ -304,8 +290,9 @@ def prefetched(
 
 
 def recipe(record: dict[str, Any]) -> str:
-    """What a cache is built from, as one digest: the upstream sentinels and the build code a build_cache record names."""
-    return sha256_json({"inputs": {role: ref["sha256"] for role, ref in record["inputs"].items()}, "code": record["code_sha256"]})
+    """What a cache is built from, as one digest: the upstream sentinels, the build code and the encoder a build_cache record names."""
+    inputs = {role: ref["sha256"] for role, ref in record["inputs"].items()}
+    return sha256_json({"inputs": inputs, "code": record["code_sha256"], "encoder": record.get("encoder", {}).get("fingerprint")})
 
 
 def build(
@@ -313,7 +300,7 @@ def build(
     backbone_dir: Path,
     directory: Path,
     recipe_digest: str,
-    classes: list[str],
+    record: dict[str, Any],
     *,
     batch_size: int,
     batch_profile: str | Path | None,
@@ -323,11 +310,12 @@ def build(
     profile_batches: int = 0,
 ) -> dict[str, Any]:
     """Run the frozen backbone over train and val into `directory` and seal it with its memo sentinel; the build's stats."""
-    model = backbone.load(backbone_dir / "backbone.pt", device)
-    arch = model.arch
+    model = encoders.load(record["backbone"], backbone_dir / "backbone.pt", record["encoder"]["spec"], record["encoder"]["where"], device)
+    classes, shapes = record["cache"]["classes"], record["cache"]["shapes"]
     counts = {split: split_count(dataset_dir / split_file(split)) for split in CACHED_SPLITS}
+    length = record["cache"]["input_length"]
     profile = batching.BatchProfile(batch_profile)
-    key = batching.profile_key(model.fingerprint, (2, arch.length), "float32", batching.device_context(device))
+    key = batching.profile_key(model.identity, (2, length), "float32", batching.device_context(device))
     controller = batching.AdaptiveBatch(maximum=batch_size)
     seeded = profile.seed(key, controller)
     tracer = BatchTracer(trace_path, profile_batches, phases)
@@ -337,7 +325,7 @@ def build(
     for split in CACHED_SPLITS:
         path = directory / hidden_file(split)
         with phases.phase("preallocation"):
-            target = preallocate(path, (counts[split], *arch.feature_shape))
+            target = preallocate(path, (counts[split], *shapes[split][1:]))
         stats[split], digest = cache_split(model, dataset_dir / split_file(split), target, controller, phases, tracer, progress, device)
         with phases.phase("fsync"):
             del target
@@ -353,12 +341,13 @@ def build(
     tracer.close()
     progress.close()
     if controller.largest_good:
-        profile.remember(key, controller, controller.largest_good, {"input_shape": [2, arch.length], **batching.device_context(device)})
+        profile.remember(key, controller, controller.largest_good, {"input_shape": [2, length], **batching.device_context(device)})
     meta = {
         "backbone_fingerprint": model.fingerprint,
         "classes": classes,
         "dtype": "bfloat16",
-        "shapes": {split: [counts[split], *arch.feature_shape] for split in CACHED_SPLITS},
+        "shapes": {split: [counts[split], *shapes[split][1:]] for split in CACHED_SPLITS},
+        "taps": record["cache"]["taps"],  # (name, tokens, dim) per tap: the head splits flat rows [F] by them
     }
     atomic_write_json(directory / "meta.json", meta)
     outputs["meta.json"] = file_record(directory / "meta.json")
@@ -423,8 +412,7 @@ def ensure(
     shapes = record["cache"]["shapes"]
     if options["disk_headroom"] > 0 and memo_recipe(directory) != recipe(record):
         counts = {split: shapes[split][0] for split in CACHED_SPLITS}
-        *layers, tokens, dim = shapes["train"][1:]  # [N, T, D], or [N, layers, T, D]
-        needed = cache_bytes(counts, tokens, dim, layers=int(np.prod(layers)))
+        needed = row_cache_bytes(counts, int(np.prod(shapes["train"][1:])))  # rows [T, D], [k, T, D] or [F]
         check_disk_budget(directory.parent, needed, options["disk_headroom"])
 
     def build_into(target: Path) -> dict[str, Any]:
@@ -438,7 +426,7 @@ def ensure(
             backbone_dir,
             target,
             recipe(record),
-            record["cache"]["classes"],
+            record,
             batch_size=options["batch_size"],
             batch_profile=options.get("batch_profile"),
             device=torch.device(options.get("device", "cpu")),

@@ -1,8 +1,14 @@
-"""The trainable classifier head over frozen per-token hidden states (of one layer or several)."""
+"""The trainable classifier head over frozen hidden states: any number of taps, tokens and widths.
+
+A cache row (rffm.data.cache) is [T, D] (one tap), [k, T, D] (k taps of one shape) or, when the taps
+differ in tokens or width, [F]: the taps' [T_i, D_i] states flattened and concatenated in tap order.
+`build` makes the head for a cache record; `from_record` / `config_record` load and save its config.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -10,17 +16,21 @@ from torch import nn
 
 @dataclass(frozen=True)
 class HeadConfig:
-    """Attention-pooling + MLP head shape; `layers` > 1 mixes that many cached layers first."""
+    """Attention-pooling + MLP head shape; `layers` > 1 mixes that many cached taps first.
+
+    `taps` ((tokens, width) per tap) is set only for flat rows [F] of taps that differ in shape.
+    """
 
     dim: int
     classes: int
     hidden: int = 128
     dropout: float = 0.1
     layers: int = 1
+    taps: tuple[tuple[int, int], ...] | None = None
 
 
 class AttentionPoolHead(nn.Module):
-    """Learned softmax mix of layers, then attention pooling over tokens concatenated with mean pooling, then an MLP."""
+    """Learned softmax mix of taps, then attention pooling over tokens concatenated with mean pooling, then an MLP."""
 
     def __init__(self, config: HeadConfig):
         super().__init__()
@@ -36,17 +46,65 @@ class AttentionPoolHead(nn.Module):
             nn.Dropout(config.dropout),
             nn.Linear(config.hidden, config.classes),
         )
+        if config.taps:  # taps narrower than the widest are projected to it (created last: a uniform head's init is unchanged)
+            self.project = nn.ModuleList(nn.Identity() if width == config.dim else nn.Linear(width, config.dim) for _, width in config.taps)
+
+    def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """[B, F] -> one [B, T_i, dim] per tap (projected to the common width)."""
+        parts, start = [], 0
+        for (tokens, width), project in zip(self.config.taps, self.project, strict=True):
+            parts.append(project(flat[:, start : start + tokens * width].view(-1, tokens, width)))
+            start += tokens * width
+        return parts
 
     def mix(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[B, layers, T, D] -> [B, T, D]: each layer normalized, then weighted by a learned softmax."""
+        """[B, layers, T, D] (or [B, F] of differing taps) -> [B, T', D]: each tap normalized, weighted by a learned softmax."""
+        if self.config.taps:
+            parts = self.split(hidden)
+            if len(parts) == 1:
+                return parts[0]
+            weights = torch.softmax(self.layer_weights, dim=0)
+            if len({part.shape[1] for part in parts}) == 1:  # one token count: a weighted sum, as for stacked taps
+                return (self.layer_norm(torch.stack(parts, dim=1)) * weights.view(1, -1, 1, 1)).sum(dim=1)
+            return torch.cat(
+                [self.layer_norm(part) * weight for part, weight in zip(parts, weights, strict=True)], dim=1
+            )  # tokens side by side
         if self.config.layers == 1:
             return hidden
         weights = torch.softmax(self.layer_weights, dim=0).view(1, -1, 1, 1)
         return (self.layer_norm(hidden) * weights).sum(dim=1)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[B, T, D] or [B, layers, T, D] FP32 hidden states -> [B, classes] logits."""
+        """[B, T, D], [B, layers, T, D] or [B, F] FP32 hidden states (a cache row, batched) -> [B, classes] logits."""
         hidden = self.norm(self.mix(hidden))
         weights = torch.softmax(self.score(hidden), dim=1)
         pooled = torch.cat([(weights * hidden).sum(dim=1), hidden.mean(dim=1)], dim=-1)
         return self.mlp(pooled)
+
+
+def build(options: dict[str, Any], cache: dict[str, Any]) -> AttentionPoolHead:
+    """The head for a cache record's `cache` block (or the memo's meta.json): its row shape and taps; `options` = train.head."""
+    row = cache["shapes"]["train"][1:]
+    classes = len(cache["classes"])
+    if len(row) == 1:  # flat row of taps that differ in shape
+        taps = tuple((int(tap["tokens"]), int(tap["dim"])) for tap in cache["taps"])
+        config = HeadConfig(dim=max(dim for _, dim in taps), classes=classes, layers=len(taps), taps=taps, **options)
+    else:
+        config = HeadConfig(dim=row[-1], classes=classes, layers=row[0] if len(row) == 3 else 1, **options)
+    return AttentionPoolHead(config)
+
+
+def config_record(config: HeadConfig) -> dict[str, Any]:
+    """The config as saved in checkpoints and artifacts (`taps` only when set, so uniform heads save what they always did)."""
+    record = asdict(config)
+    if record["taps"] is None:
+        del record["taps"]
+    else:
+        record["taps"] = [list(tap) for tap in record["taps"]]
+    return record
+
+
+def from_record(record: dict[str, Any]) -> AttentionPoolHead:
+    """A head (untrained) from a saved config record."""
+    taps = record.get("taps")
+    return AttentionPoolHead(HeadConfig(**{**record, "taps": tuple(tuple(t) for t in taps) if taps else None}))

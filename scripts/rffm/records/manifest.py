@@ -98,6 +98,7 @@ def build(
             "name": backbone_sentinel["backbone"]["name"],
             "source": backbone_sentinel["backbone"]["source"],
             "fingerprint": backbone_sentinel["backbone"]["fingerprint"],
+            **user_backbone(backbone_sentinel["backbone"]),
         },
         "training": {"params": spec["train"], "epochs": epochs},
         "selection": {
@@ -131,3 +132,14 @@ def build(
             "launch_profile": launch_record,
         },
     }
+
+
+def user_backbone(record: dict[str, Any]) -> dict[str, Any]:
+    """What the manifest says of a user's backbone (source python or export): entry point, parameter count, package version."""
+    out = {key: record[key] for key in ("parameters", "model_class") if record.get(key) is not None}
+    if "python" in record:
+        out["entry_point"] = record["python"]["entry_point"]
+        out["kwargs"] = record["python"].get("kwargs", {})
+        code = record["user_source"]
+        out["package"] = {"name": code["package"], "version": code["version"], "source_sha256": code["sha256"]}
+    return out

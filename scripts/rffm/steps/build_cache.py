@@ -1,7 +1,8 @@
 """build_cache: the frozen backbone once over train and val, kept as a node-local memo; its record in results.
 
 The record (results/caches/<dataset>__<backbone>/sentinel.json) names the recipe — the dataset and
-backbone sentinels and this code — and what the cache holds (classes, shapes); epochs link to it.
+backbone sentinels, this code, and the encoder (input adapter, taps, keep option: rffm.model.encoder)
+— and what the cache holds (classes, row shapes, taps); epochs link to it.
 The cache itself lives under `scratch` on the node that trains (rffm.data.cache): the workflow never
 tracks, uploads or deletes it, and an epoch that does not find it builds it the same way.
 """
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import h5py
 import torch
 
 from rffm.data import cache
-from rffm.model.backbone import BackboneArch
+from rffm.errors import ConfigError
+from rffm.model import encoder as encoders
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, split_file
 from rffm.records.step import Step
 from rffm.records.store import open_store, publish_trace
@@ -22,6 +26,36 @@ from rffm.runtime.profiling import PhaseTimes
 
 RULE = "build_cache"
 TRACE = "cache_build.trace.json"
+
+
+def describe(
+    weights: dict[str, Any], dataset: dict[str, Any], dataset_dir: Path, backbone_dir: Path, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """The record's facts: the backbone, the encoder and what the cache holds (row shapes from one probe batch on the CPU)."""
+    backbone = weights["backbone"]
+    where = f"backbones.{weights['key']['backbone']}"
+    with h5py.File(dataset_dir / split_file("train"), "r") as handle:
+        length = int(handle["iq"].shape[-1])
+    problem = encoders.length_problem(where, spec["adapter"], spec["adapter"].get("length"), length, dataset["key"]["dataset"])
+    if problem:
+        raise ConfigError(problem)
+    model = encoders.load(backbone, backbone_dir / "backbone.pt", spec, where)
+    taps = model.shapes(length)
+    names = model.tap_names()
+    row = encoders.row_shape(taps)
+    counts = dataset["dataset"]["counts"]
+    return {
+        "backbone_fingerprint": backbone["fingerprint"],
+        "backbone": backbone,
+        "encoder": {"fingerprint": model.identity, "spec": spec, "where": where},
+        "cache": {
+            "classes": dataset["dataset"]["classes"],
+            "dtype": "bfloat16",
+            "input_length": length,
+            "shapes": {split: [counts[split], *row] for split in CACHED_SPLITS},
+            "taps": [{"name": name, "tokens": tokens, "dim": dim} for name, (tokens, dim) in zip(names, taps, strict=True)],
+        },
+    }
 
 
 def run(
@@ -32,6 +66,7 @@ def run(
     *,
     batch_size: int,
     disk_headroom: float,
+    spec: dict[str, Any] | None = None,
     batch_profile: str | Path | None = None,
     device: str = "cpu",
     store: str | Path | None = None,
@@ -40,23 +75,18 @@ def run(
 ) -> Path:
     """Write the cache record of one (dataset, backbone) into out_dir and build its memo under `scratch`.
 
-    With `profile_runs`, the first `profile_batches` batches are traced and the trace is published to
-    each of those runs' profiling folders in the results store.
+    `spec` is the encoder's (rffm.model.encoder.spec_for of the backbone's config; default: all tokens of
+    the model's own outputs). With `profile_runs`, the first `profile_batches` batches are traced and the
+    trace is published to each of those runs' profiling folders in the results store.
     """
     dataset_dir, backbone_dir = Path(dataset_dir), Path(backbone_dir)
+    spec = spec or encoders.spec_for({})
     phases = PhaseTimes()
-    with Step(RULE, out_dir, key={}, params={}) as step, tempfile.TemporaryDirectory() as traces:
+    with Step(RULE, out_dir, key={}, params=spec) as step, tempfile.TemporaryDirectory() as traces:
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file(s) for s in CACHED_SPLITS])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
         step.key = {"dataset": dataset["key"]["dataset"], "backbone": weights["key"]["backbone"]}
-        arch = BackboneArch(**weights["backbone"]["arch"])
-        counts = dataset["dataset"]["counts"]
-        step.facts["backbone_fingerprint"] = weights["backbone"]["fingerprint"]
-        step.facts["cache"] = {
-            "classes": dataset["dataset"]["classes"],
-            "dtype": "bfloat16",
-            "shapes": {split: [counts[split], *arch.feature_shape] for split in CACHED_SPLITS},
-        }
+        step.facts.update(describe(weights, dataset, dataset_dir, backbone_dir, spec))
         record = {**step.identity(), **step.facts}  # the record as the epochs will read it
         step.device = torch.device(device)
         options = {"batch_size": batch_size, "disk_headroom": disk_headroom, "batch_profile": batch_profile, "device": device}

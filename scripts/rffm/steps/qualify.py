@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from rffm.errors import IntegrityError
-from rffm.model import backbone
-from rffm.model.head import AttentionPoolHead, HeadConfig
+from rffm.model import encoder as encoders
+from rffm.model import head as head_model
+from rffm.model.head import AttentionPoolHead
 from rffm.model.metrics import summarize
 from rffm.records import launch, ledger, manifest
 from rffm.records.files import atomic_write_json, sha256_bytes
@@ -38,7 +39,7 @@ def load_artifact(store: Store, artifact: dict[str, Any]) -> tuple[AttentionPool
         raise IntegrityError(f"{RULE} refuses to start: {where}: sha256 differs from its name and the selection record. Fix: restore it.")
     try:
         blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        head = AttentionPoolHead(HeadConfig(**blob["head_config"]))
+        head = head_model.from_record(blob["head_config"])
         head.load_state_dict(blob["head"])
     except Exception as error:  # a hostile or foreign file: never unpickled with code, one line either way
         kind = type(error).__name__
@@ -47,7 +48,7 @@ def load_artifact(store: Store, artifact: dict[str, Any]) -> tuple[AttentionPool
 
 
 def predict(
-    model: backbone.IQPatchTransformer,
+    model: encoders.Encoder,
     head: AttentionPoolHead,
     test_path: Path,
     batch_size: int = 512,
@@ -61,7 +62,7 @@ def predict(
         iq = handle["iq"]
         predictions = np.empty(iq.shape[0], dtype=np.int64)
         profile = batching.BatchProfile(batch_profile)
-        key = batching.profile_key(model.fingerprint, tuple(iq.shape[1:]), "float32", batching.device_context(device))
+        key = batching.profile_key(model.identity, tuple(iq.shape[1:]), "float32", batching.device_context(device))
         controller = batching.AdaptiveBatch(maximum=batch_size)
         profile.seed(key, controller)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
@@ -69,7 +70,7 @@ def predict(
         def step(start: int, stop: int) -> None:
             with torch.no_grad():
                 with autocast:
-                    hidden = model(torch.from_numpy(iq[start:stop]).to(device))
+                    hidden = encoders.as_row(model.features(torch.from_numpy(iq[start:stop]).to(device)))
                 hidden = hidden.to(torch.bfloat16).float()
                 predictions[start:stop] = head(hidden).argmax(dim=1).cpu().numpy()
 
@@ -118,6 +119,7 @@ def run(
         results = open_store(store or out_dir.parents[2])
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json"])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
+        cached = step.consume("cache", Path(cache_record_dir) / SENTINEL_NAME)  # the encoder the head was trained behind
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME)  # test.h5 is checked only if it is read
         selection = chosen["selection"]
         split = record_digest(dataset["outputs"][split_file("test")])
@@ -128,7 +130,7 @@ def run(
         if entry is not None:
             step.details["recalled_from_ledger"] = results.where(key)
         else:
-            metrics = evaluate(head, blob, dataset_dir, backbone_dir, spec, batch_size, batch_profile, device, step)
+            metrics = evaluate(head, blob, dataset_dir, backbone_dir, cached, spec, batch_size, batch_profile, device, step)
             ledger.claim(
                 results,
                 {
@@ -163,12 +165,15 @@ def run(
     return step.sentinel
 
 
-def evaluate(head, blob, dataset_dir: Path, backbone_dir: Path, spec, batch_size, batch_profile, device, step: Step) -> dict[str, Any]:
-    """The test metrics of the artifact: the one read of the test split."""
+def evaluate(head, blob, dataset_dir: Path, backbone_dir: Path, cached, spec, batch_size, batch_profile, device, step) -> dict[str, Any]:
+    """The test metrics of the artifact: the one read of the test split, through the encoder the cache was built with."""
     require_intact(dataset_dir / SENTINEL_NAME, [split_file("test")], RULE)
     test_path = dataset_dir / split_file("test")
     with h5py.File(test_path, "r") as handle:
         test = {"label": handle["label"][()], "snr_db": handle["snr_db"][()]}
-    model = backbone.load(backbone_dir / "backbone.pt", device)
+    encoder = cached["encoder"]
+    model = encoders.load(cached["backbone"], backbone_dir / "backbone.pt", encoder["spec"], encoder["where"], device)
+    if model.identity != encoder["fingerprint"]:
+        raise IntegrityError(f"{RULE} refuses to start: {backbone_dir}: not the encoder the cache record names. Fix: rerun snakemake.")
     predictions, step.details["batch_stats"] = predict(model, head, test_path, batch_size, batch_profile, device)
     return summarize(test["label"], predictions, test["snr_db"], blob["classes"], spec["high_snr_db"])

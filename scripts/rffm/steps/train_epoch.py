@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from rffm.data import cache
 from rffm.data.cache import prefetched
 from rffm.errors import ConfigError, IntegrityError
+from rffm.model import head as head_model
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME
@@ -314,7 +315,7 @@ def save_member(m: dict[str, Any], validation: dict[str, float], meta, epoch: in
         "params_sha256": m["params_sha256"],
         "backbone_fingerprint": meta["backbone_fingerprint"],
         "classes": meta["classes"],
-        "head_config": head.config.__dict__,
+        "head_config": head_model.config_record(head.config),
         "head": {name: tensor.cpu() for name, tensor in head.state_dict().items()},
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from rffm.data.cache import CacheSplit, prefetched
-from rffm.model.head import AttentionPoolHead, HeadConfig
+from rffm.model import head as head_model
+from rffm.model.head import AttentionPoolHead
 from rffm.model.metrics import confusion_matrix, macro_f1
 from rffm.runtime.profiling import BatchTracer, PhaseTimes
 
@@ -25,11 +26,8 @@ def lr_factor(step: int, steps_per_epoch: int, warmup_steps: int, decay: float) 
 
 
 def make_head(meta: dict[str, Any], options: dict[str, Any]) -> AttentionPoolHead:
-    """The head for a cache's shape: [N, T, D] (one layer) or [N, layers, T, D]."""
-    shape = meta["shapes"]["train"]
-    layers = shape[1] if len(shape) == 4 else 1
-    config = HeadConfig(dim=shape[-1], classes=len(meta["classes"]), layers=layers, **options["head"])
-    return AttentionPoolHead(config)
+    """The head for a cache's rows (rffm.model.head.build)."""
+    return head_model.build(options["head"], meta)
 
 
 def make_optimizer(head: AttentionPoolHead, options: dict[str, Any], steps_per_epoch: int):

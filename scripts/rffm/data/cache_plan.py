@@ -1,0 +1,174 @@
+"""The cache planner: every planned cache's exact size before any job runs, refused when it cannot fit the scratch disk.
+
+`option_sizes` is the pure part: bytes of a cache for each keep option, from the split counts and the
+taps' raw shapes. `refusals` gathers what it needs from the config (counts of a synthetic dataset from
+its config, or of a staged one from its sentinel; tap shapes from the backbone's config or one probe
+batch through a freshly built model) and returns one line per cache that will not fit: free space of
+the scratch filesystem / headroom locally, or on a cluster the disk the profile asks for build_cache.
+A dataset whose length the backbone does not take is refused here too, naming both lengths.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rffm.errors import RffmError
+from rffm.model.taps import keep_options, kept_count, spec_for
+from rffm.records.files import read_json
+from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, dataset_folder, split_file
+
+# set-resources of build_cache that say how much local disk a cluster job gets, in bytes per unit
+DISK_RESOURCES = {"googlebatch_local_ssd_gb": 10**9, "disk_mb": 10**6, "disk_mib": 2**20}
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"
+
+
+def row_cache_bytes(counts: dict[str, int], row_elements: int, block: int = 4096) -> int:
+    """Disk space every file of a cache of `row_elements` BF16 values per example takes, in whole filesystem blocks."""
+
+    def blocks(size: int) -> int:
+        return -(-size // block) * block
+
+    total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
+    for count in counts.values():
+        total += blocks(count * row_elements * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
+    return total
+
+
+def option_sizes(counts: dict[str, int], taps: list[tuple[int, int, bool]], prefix: int, options: list[str]) -> dict[str, int]:
+    """Bytes on disk of a cache of train + val for each keep option; taps are (tokens, width, pooled) as the model gives them."""
+    sizes = {}
+    for option in options:
+        elements = sum((1 if pooled else kept_count(tokens, prefix, option)) * width for tokens, width, pooled in taps)
+        sizes[option] = row_cache_bytes({split: counts[split] for split in CACHED_SPLITS}, elements)
+    return sizes
+
+
+def synthetic_counts(spec: dict[str, Any]) -> dict[str, int] | None:
+    """Split counts of a synthetic dataset from its config alone (as staging's stratified split rounds), None with a `select`."""
+    if spec["source"] != "synthetic" or spec.get("select"):
+        return None
+    synthetic = spec["synthetic"]
+    grid = synthetic["snr_db"]
+    strata = len(synthetic["classes"]) * (int((grid["max"] - grid["min"]) / grid["step"] + 0.5) + 1)
+    n = synthetic["examples_per_class_snr"]
+    test, val = int(round(n * spec["splits"]["test"])), int(round(n * spec["splits"]["val"]))
+    return {"train": strata * (n - test - val), "val": strata * val, "test": strata * test}
+
+
+def staged(results: str, dataset: str) -> tuple[dict[str, int] | None, int | None]:
+    """Counts and example length of a dataset already staged in a local results tree (None where unknown)."""
+    folder = Path(results) / dataset_folder(dataset)
+    try:
+        counts = read_json(folder / SENTINEL_NAME)["dataset"]["counts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+    try:
+        import h5py
+
+        with h5py.File(folder / split_file("train"), "r") as handle:
+            return counts, int(handle["iq"].shape[-1])
+    except (OSError, KeyError):
+        return counts, None
+
+
+def dataset_facts(config: dict[str, Any], results: str, dataset: str) -> tuple[dict[str, int] | None, int | None]:
+    """(split counts, example length) of a dataset as far as planning can know them."""
+    counts, length = staged(results, dataset)
+    spec = config["datasets"][dataset]
+    if length is None:
+        length = {"synthetic": spec.get("synthetic", {}).get("length"), "sigmf": spec.get("sigmf", {}).get("window")}.get(spec["source"])
+    return counts or synthetic_counts(spec), length
+
+
+def native_taps(backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]] | None:
+    """Raw taps of an in-workflow transformer from its config (default taps: its output layers), None when a probe must tell."""
+    arch, taps = backbone.get("arch"), backbone.get("taps", {})
+    if backbone["source"] not in ("pretrain", "random") or arch is None or taps.get("modules") or taps.get("method"):
+        return None
+    return [(length // arch["patch"], arch["dim"], False)] * arch.get("output_layers", 1)
+
+
+def probed_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]]:
+    """Raw taps of a backbone from one probe batch through a freshly built model (random weights: shapes only)."""
+    import torch
+
+    from rffm.model import backbone as native
+    from rffm.model import foreign
+    from rffm.model.encoder import Encoder
+
+    where = f"backbones.{name}"
+    spec = {**spec_for(backbone), "keep": "all"}
+    kind = backbone["source"]
+    if kind == "python":
+        with torch.random.fork_rng(devices=[]):
+            model = foreign.construct(backbone["python"], where).eval()
+        encoder = Encoder(model, "", spec, where)
+    elif kind == "export":
+        encoder = Encoder(foreign.load_export(Path(backbone["path"]), where), "", spec, where)
+    elif kind == "checkpoint":
+        model = native.load(backbone["path"])
+        encoder = Encoder(model, "", spec, where, native_layers=model.arch.output_layers)
+    else:
+        arch = native.BackboneArch(length=length, **backbone["arch"])
+        encoder = Encoder(native.build(arch, 0).eval(), "", spec, where, native_layers=arch.output_layers)
+    pooled = spec["taps"]["form"] == "pooled"
+    return [(tokens, width, pooled) for tokens, width in encoder.shapes(length)]
+
+
+def scratch_budget(scratch: str, headroom: float, asked: dict[str, Any]) -> tuple[int, str]:
+    """Bytes a cache may take: the disk the profile asks build_cache for, else the scratch filesystem's free space, / headroom."""
+    for key, unit in DISK_RESOURCES.items():
+        if asked.get(key):
+            disk = int(float(asked[key]) * unit)
+            return int(disk / headroom), f"the {human_bytes(disk)} disk the profile asks for ({key}: {asked[key]}) / {headroom}"
+    where = Path(scratch).absolute()
+    while not where.exists():
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    return int(free / headroom), f"free {free} bytes ({human_bytes(free)}) on {where} / {headroom}"
+
+
+def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str, Any] | None = None) -> list[str]:
+    """One line per planned cache that cannot be built: a length the backbone does not take, or a size the scratch disk cannot hold."""
+    headroom = float(config["cache"]["disk_headroom"])
+    problems = []
+    pairs = dict.fromkeys((run["dataset"], run["backbone"]) for run in config["runs"].values())
+    for dataset, name in pairs:
+        backbone = config["backbones"][name]
+        counts, length = dataset_facts(config, results, dataset)
+        declared = backbone.get("adapter", {}).get("length")
+        if declared and length and declared != length:
+            problems.append(
+                f"backbones.{name}.adapter.length: the backbone takes IQ of length {declared} but dataset {dataset} has examples of "
+                f"length {length}. Fix: use a dataset of length {declared}, or a backbone built for {length} samples."
+            )
+            continue
+        if headroom <= 0 or counts is None or length is None:
+            continue  # build_cache checks the disk itself once the counts are known
+        try:
+            taps = native_taps(backbone, length) or probed_taps(name, backbone, length)
+        except RffmError as error:
+            problems.append(str(error))
+            continue
+        spec = spec_for(backbone)
+        prefix = int(spec["taps"]["prefix"])
+        sizes = option_sizes(counts, taps, prefix, keep_options(prefix, spec["keep"]))
+        budget, said = scratch_budget(scratch, headroom, asked or {})
+        needed = sizes[spec["keep"]]
+        if needed > budget:
+            listing = ", ".join(f"{option} {size} bytes ({human_bytes(size)})" for option, size in sizes.items())
+            problems.append(
+                f"caches/{dataset}__{name}: the hidden-state cache (keep: {spec['keep']}) needs {needed} bytes ({human_bytes(needed)}) "
+                f"but the scratch disk allows {budget} bytes ({said}); size by keep option: {listing}. "
+                f"Fix: set backbones.{name}.keep to an option that fits (or fewer taps), or point `scratch` at a larger disk."
+            )
+    return problems

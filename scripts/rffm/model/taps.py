@@ -1,0 +1,46 @@
+"""What a backbone is asked for, as config facts (no torch): its input layouts, tap forms and keep options.
+
+rffm.model.encoder applies them; the cache planner (rffm.data.cache_plan) sizes caches from them while
+Snakemake plans, without importing torch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rffm.errors import ConfigError
+
+LAYOUTS = {"channels": "[B, 2, L]", "samples": "[B, L, 2]", "antenna": "[B, 2, 1, L]", "complex": "[B, L] complex64"}
+FORMS = {"tokens": "[B, T, D]", "channels": "[B, D, T]", "pooled": "[B, D]"}
+KEEP = re.compile(r"^(all|prefix|mean|prefix\+mean|every:([1-9][0-9]*))$")
+
+
+def spec_for(backbone: dict[str, Any]) -> dict[str, Any]:
+    """What build_cache does with a backbone (a cache param, part of the cache's identity): adapter, taps, keep."""
+    adapter = {"layout": "channels", "normalize": "none", **backbone.get("adapter", {})}
+    taps = {"form": "tokens", "prefix": 0, **backbone.get("taps", {})}
+    return {"adapter": adapter, "taps": taps, "keep": backbone.get("keep", "all")}
+
+
+def kept_count(tokens: int, prefix: int, keep: str) -> int:
+    """Tokens a tap of `tokens` tokens (the first `prefix` of them prefix tokens) keeps under a keep option."""
+    match = KEEP.match(keep)
+    if match is None:
+        raise ConfigError(f"keep {keep!r}: not one of all, prefix, mean, prefix+mean, every:K")
+    body = tokens - prefix
+    if keep == "all":
+        return tokens
+    if keep == "prefix":
+        return prefix
+    if keep == "mean":
+        return 1
+    if keep == "prefix+mean":
+        return prefix + 1
+    return prefix + -(-body // int(match.group(2)))  # every k-th of the body, after the prefix tokens
+
+
+def keep_options(prefix: int, configured: str) -> list[str]:
+    """The keep options worth printing next to each other for a tap layout (the configured one included)."""
+    options = ["all", *(["prefix"] if prefix else []), "mean", *(["prefix+mean"] if prefix else []), "every:2", "every:4", "every:8"]
+    return options if configured in options else [*options, configured]

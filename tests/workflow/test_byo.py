@@ -1,0 +1,134 @@
+"""Bring your own backbone (issue 20): the three example backbones through the real workflow on the tiny config.
+
+A WavesFM-shaped ViT (python, {"model": state_dict} .pth, hooks on blocks + CLS prefix), a SpectrumFM-shaped
+model (python, safetensors, a method returning layers, one token per sample) and a .pt2 exported from it
+(export, its outputs in order), at test sizes; then the reruns each change plans, and the cache planner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from byo import backbones, user_models
+from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
+from rffm.data import cache_plan
+from rffm.model.taps import keep_options
+
+pytestmark = pytest.mark.workflow
+
+RUNS = ("waves", "spectrum", "exported")
+
+
+def byo_config(specs: dict) -> dict:
+    config = tiny_config()
+    config["backbones"] = specs
+    base = config["runs"].pop("base")
+    base.pop("profiling")
+    config["runs"] = {name: {**base, "backbone": name} for name in RUNS}
+    return config
+
+
+@pytest.fixture(scope="module")
+def byo_finished(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("byo")
+    specs = backbones(user_models(workdir))
+    write_config(workdir, byo_config(specs))
+    snakemake(workdir)
+    return workdir
+
+
+@pytest.fixture
+def byo_workdir(byo_finished: Path, tmp_path: Path) -> Path:
+    return copy_workdir(byo_finished, tmp_path / "work")
+
+
+def config_of(workdir: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((workdir / "config.yaml").read_text())
+
+
+def test_each_example_backbone_runs_to_a_qualified_run_and_verifies(byo_finished: Path):
+    results = byo_finished / "results"
+    for run in RUNS:
+        manifest = json.loads((results / f"runs/{run}/qualification/run_manifest.json").read_text())
+        assert manifest["backbone"]["name"] == run and 0 <= manifest["qualification"]["accuracy"] <= 1
+    waves = json.loads((results / "runs/waves/qualification/run_manifest.json").read_text())["backbone"]
+    assert waves["source"] == "python" and waves["entry_point"] == "wavesfm_like:build" and waves["parameters"] > 10_000
+    assert waves["package"]["name"] == "wavesfm_like" and len(waves["package"]["source_sha256"]) == 64
+    assert json.loads((results / "runs/exported/qualification/run_manifest.json").read_text())["backbone"]["source"] == "export"
+    shapes = {run: json.loads((results / f"caches/tiny__{run}/sentinel.json").read_text())["cache"]["shapes"]["train"][1:] for run in RUNS}
+    assert shapes == {"waves": [2, 2, 32], "spectrum": [2, 1, 16], "exported": [2, 1 + 8, 16]}  # prefix+mean; mean; every:8 of 64
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(results)], capture_output=True, text=True)
+    assert verify.returncode == 0 and " 0 problem(s)" in verify.stdout, verify.stdout + verify.stderr
+
+
+def after_cache(run: str) -> list[str]:
+    epochs = [f"train_epoch[run={run}, epoch={e}]" for e in (1, 2, 3)]
+    return [f"build_cache[dataset=tiny, backbone={run}]", *epochs, f"select_checkpoint[run={run}]", f"plot_training[run={run}]"]
+
+
+def test_editing_the_user_class_reruns_import_cache_epochs_and_selection(byo_workdir: Path):
+    source = byo_workdir / "models/spectrumfm_like.py"
+    source.write_text(source.read_text().replace("x = x + 0.5 * self.ff2(x)", "x = x + 0.5 * self.ff2(x)  # edited"))
+    expected = ["import_backbone[backbone=spectrum]", *after_cache("spectrum")]
+    assert planned_jobs(byo_workdir, "validation_selection") == sorted(expected)
+
+
+def test_touching_the_weights_and_the_user_code_reruns_nothing(byo_workdir: Path):
+    later = time.time() + 5
+    for path in [*(byo_workdir / "weights").iterdir(), *(byo_workdir / "models").glob("*.py")]:
+        os.utime(path, (later, later))
+    assert planned_jobs(byo_workdir) == []
+
+
+@pytest.mark.parametrize("change", ["taps", "keep"])
+def test_changing_the_taps_or_the_token_choice_reruns_the_cache_and_what_follows(byo_workdir: Path, change: str):
+    config = config_of(byo_workdir)
+    if change == "taps":
+        config["backbones"]["waves"]["taps"]["modules"] = ["blocks.1", "norm"]
+    else:
+        config["backbones"]["waves"]["keep"] = "mean"
+    write_config(byo_workdir, config)
+    assert planned_jobs(byo_workdir, "validation_selection") == sorted(after_cache("waves"))
+
+
+def test_changing_the_head_lr_reruns_neither_import_nor_cache(byo_workdir: Path):
+    config = config_of(byo_workdir)
+    config["runs"]["waves"]["train"]["lr"] = 0.02
+    write_config(byo_workdir, config)
+    assert planned_jobs(byo_workdir, "validation_selection") == sorted(after_cache("waves")[1:])
+
+
+def test_a_cache_that_cannot_fit_is_refused_while_planning_and_mean_tokens_plan_and_run(tmp_path: Path):
+    workdir = tmp_path / "fit"
+    workdir.mkdir()
+    specs = backbones(user_models(workdir))
+    config = byo_config(specs)
+    config["runs"] = {"spectrum": config["runs"]["spectrum"]}
+    config["backbones"] = {"spectrum": {**specs["spectrum"], "keep": "all"}}
+    write_config(workdir, config)
+    counts = {"train": 64, "val": 32, "test": 32}  # the tiny config: 4 classes x 2 SNRs x 16, split 0.5 / 0.25 / 0.25
+    sizes = cache_plan.option_sizes(counts, [(64, 16, False)] * 2, 0, keep_options(0, "all"))
+    disk_mb = (sizes["all"] + sizes["mean"]) / 2 * 1.1 / 1e6  # between what mean and every token need
+    result = snakemake(workdir, "-n", "--set-resources", f"build_cache:disk_mb={disk_mb:.3f}", check=False)
+    assert result.returncode != 0
+    (line,) = [line for line in (result.stdout + result.stderr).splitlines() if "caches/tiny__spectrum" in line]
+    assert f"needs {sizes['all']} bytes" in line and "disk_mb" in line and "Fix:" in line
+    for option in ("all", "mean", "every:4"):
+        assert f"{option} {sizes[option]} bytes" in line
+    assert not (workdir / "results").exists()
+    config["backbones"]["spectrum"]["keep"] = "mean"
+    write_config(workdir, config)
+    snakemake(workdir, "--set-resources", f"build_cache:disk_mb={disk_mb:.3f}")
+    memo = workdir / "scratch/tiny__spectrum"
+    data = [p for p in memo.iterdir() if p.name not in ("meta.json", "sentinel.json")]
+    on_disk = sum(p.stat().st_blocks * 512 for p in data)  # the planner allows 64 KiB each for meta.json and the memo sentinel
+    assert abs(on_disk - (sizes["mean"] - 2 * (64 << 10))) <= len(data) * 4096, (on_disk, sizes["mean"])
+    assert (workdir / "results/runs/spectrum/qualification/run_manifest.json").exists()
