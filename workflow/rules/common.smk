@@ -184,12 +184,16 @@ def run_spec(wildcards):
 
 def sweep_pairs(run):
     """A run's sweep as [key, values] pairs: the order written is the grid's order (as_json sorts mapping keys)."""
-    return {"sweep": [[k, v] for k, v in run["sweep"].items()]} if run.get("sweep") else {}
+    return (
+        {"sweep": [[k, v] for k, v in run["sweep"].items()]} if run.get("sweep") else {}
+    )
 
 
 def sweep_members(wildcards):
     """The sweep's members named in the epoch job's command, so `snakemake -n` shows them (nothing for a plain run)."""
-    label = sweep.plan_label({"run": wildcards.run, **sweep_pairs(run_config(wildcards.run))})
+    label = sweep.plan_label(
+        {"run": wildcards.run, **sweep_pairs(run_config(wildcards.run))}
+    )
     return f"--members {shlex.quote(label)}" if label else ""
 
 
