@@ -126,3 +126,17 @@ def test_selection_of_a_sweep_publishes_the_best_member_and_the_whole_table(cach
     assert (selection["epoch"], selection["member"]) == next((e, m) for e, m, v in values if v == best)
     assert card["training"]["lr"] == card["sweep"]["settings"]["train.lr"]
     assert [m["name"] for m in card["sweep"]["members"]] == [m["name"] for m in sweep.members(spec)]
+
+
+def test_the_schema_names_what_can_be_swept_in_one_line():
+    from conftest import tiny_config
+    from rffm import config
+
+    tiny = tiny_config()
+    tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03], "train.batch_size": [8]}
+    assert config.problems(tiny) == [
+        "runs.base.sweep: unknown key(s) 'train.batch_size'. Fix: remove or rename it; allowed here: train.head.dropout, "
+        "train.head.hidden, train.label_smoothing, train.lr, train.lr_decay_per_epoch, train.warmup_steps, train.weight_decay"
+    ]
+    tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03]}
+    assert config.problems(tiny) == []
