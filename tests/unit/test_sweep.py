@@ -140,3 +140,9 @@ def test_the_schema_names_what_can_be_swept_in_one_line():
     ]
     tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03]}
     assert config.problems(tiny) == []
+
+
+def test_heads_that_cannot_fit_are_refused_with_the_numbers():
+    assert sweep.check_memory(8, 1000, 4096, 10**9, "runs.r.sweep") == 8 * 1000 * 16 + 4096
+    with pytest.raises(ConfigError, match=r"runs\.r\.sweep: 8 heads x 1000 parameters x 16 bytes \+ a 4096 byte batch = 132096 bytes"):
+        sweep.check_memory(8, 1000, 4096, 100_000, "runs.r.sweep")

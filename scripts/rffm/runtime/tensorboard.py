@@ -75,8 +75,14 @@ def export(results_dir: str | Path, log_dir: str) -> dict[str, int]:
     written = {}
     runs = Path(results_dir) / "runs"
     for run_dir in sorted(d for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []:
-        epochs = [read_sentinel(path)["metrics"] for path in (run_dir / "epochs").glob("*/sentinel.json")]
-        if epochs:
-            write_epochs(log_dir, run_dir.name, epochs)
-            written[run_dir.name] = len(epochs)
+        by_run: dict[str, list] = {}
+        for path in (run_dir / "epochs").glob("*/sentinel.json"):
+            body = read_sentinel(path)
+            for member, entry in body.get("members", {}).items():  # a sweep: one log per member
+                by_run.setdefault(f"{run_dir.name}/{member}", []).append(entry["metrics"])
+            if "metrics" in body:
+                by_run.setdefault(run_dir.name, []).append(body["metrics"])
+        for name, epochs in sorted(by_run.items()):
+            write_epochs(log_dir, name, epochs)
+            written[name] = len(epochs)
     return written

@@ -12,7 +12,6 @@ a value trains only the new members, and the epoch's checkpoint.pt bundles every
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -228,9 +227,10 @@ def available_memory(device) -> int | None:
     """Free bytes where the heads live (None when unknown)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
+    try:  # MemAvailable counts reclaimable page cache (the cache's own mapped pages among it), unlike free pages
+        meminfo = Path("/proc/meminfo").read_text()
+        return int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemAvailable:"))) * 1024
+    except (OSError, StopIteration, ValueError):
         return None
 
 
