@@ -7,6 +7,7 @@ model (python, safetensors, a method returning layers, one token per sample) and
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -30,7 +31,7 @@ def byo_config(specs: dict) -> dict:
     config["backbones"] = specs
     base = config["runs"].pop("base")
     base.pop("profiling")
-    config["runs"] = {name: {**base, "backbone": name} for name in RUNS}
+    config["runs"] = {name: copy.deepcopy({**base, "backbone": name}) for name in RUNS}  # no YAML aliases between runs
     return config
 
 

@@ -167,8 +167,9 @@ class Encoder:
             want = 2 if form == "pooled" else 3
             if not isinstance(hidden, torch.Tensor) or hidden.dim() != want or hidden.shape[0] != iq.shape[0]:
                 shape = list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+                name = self.tap_names(index + 1)[index]
                 raise ConfigError(
-                    f"{self.where}.taps: tap {self.tap_names(index + 1)[index]!r} gives {shape} for a batch of {iq.shape[0]}, not the declared "
+                    f"{self.where}.taps: tap {name!r} gives {shape} for a batch of {iq.shape[0]}, not the declared "
                     f"form {form} {FORMS[form]}. "
                     f"Fix: set taps.form to tokens [B, T, D], channels [B, D, T] or pooled [B, D], or tap another module."
                 )
