@@ -11,6 +11,8 @@ MODELS = REPO / "config" / "examples" / "models"
 sys.path.insert(0, str(MODELS))
 
 import make_weights  # noqa: E402
+import spectrumfm_like  # noqa: E402, F401 (the example user models, for tests)
+import wavesfm_like  # noqa: E402, F401
 
 LENGTH = 64  # the tiny config's example length
 WAVES = {"length": LENGTH, "segment": 16, "dim": 32, "depth": 2, "heads": 2, "mlp_ratio": 2.0}  # 4 tokens + CLS

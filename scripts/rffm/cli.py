@@ -298,7 +298,7 @@ def config_reference(args: argparse.Namespace) -> int:
 def bench_cache(args: argparse.Namespace) -> int:
     from rffm.bench.cache import main as bench
 
-    return bench(args.samples, args.work_dir, args.threads, args.repeats, args.oom_limit, args.arch, args.device)
+    return bench(args.samples, args.work_dir, args.threads, args.repeats, args.oom_limit, args.arch, args.device, args.config)
 
 
 def bench_sweep(args: argparse.Namespace) -> int:
@@ -467,6 +467,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--oom-limit", type=int, default=100, help="injected out-of-memory threshold (rows) for P5")
     sub.add_argument("--device", default="cpu", help="cpu or cuda (the GPU path: pinned memory, non-blocking copies, BF16 autocast)")
     sub.add_argument("--arch", type=_json, help='backbone arch overrides as JSON, e.g. \'{"dim": 192, "depth": 6}\'')
+    sub.add_argument("--config", help="a config whose backbone is benched instead, e.g. config/examples/wavesfm_like.yaml")
     text = "An 8-member sweep against the same 8 heads as 8 separate runs: wall-time and cache-bytes ratios."
     sub = benches.add_parser("sweep", help=text, description=text)
     sub.set_defaults(func=bench_sweep)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import spectrumfm_like
 import torch
-import wavesfm_like
 from torch import nn
 
-from byo import SPECTRUM, WAVES
+from byo import SPECTRUM, WAVES, spectrumfm_like, wavesfm_like
 from conftest import tiny_config
 from rffm.config import check
 from rffm.data import cache_plan

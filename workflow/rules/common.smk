@@ -618,7 +618,8 @@ def user_code(wildcards):
     python = backbone["python"]
     try:
         where = f"backbones.{wildcards.backbone}"
-        return user_source(python["entry_point"], python.get("import_path"), where)["sha256"]
+        code = user_source(python["entry_point"], python.get("import_path"), where)
+        return code["sha256"]
     except RffmError as error:
         raise PlanRefused(f"rffm: {error}") from None
 

@@ -7,8 +7,9 @@ P3 = cache build / backbone forward only with outputs discarded      (what writi
 P5 = out-of-memory probes with a seeded batch profile / without      (what the profile saves)
 rss_1x_mb, rss_4x_mb: peak RSS of the cache build and of an epoch at 1x and 4x the data (flat = bounded memory)
 
-Every figure is measured in this run, on the default backbone architecture and the default run's
-training settings. Each timing is the fastest of interleaved repeats: on a shared machine other
+Every figure is measured in this run, on the default backbone architecture (or, with --config, that
+config's backbone: a user's `python` or `export` backbone) and the default run's training settings.
+Each timing is the fastest of interleaved repeats: on a shared machine other
 processes only ever add time, so the minimum is the least disturbed measurement. The last line
 printed is one JSON object.
 """
@@ -31,13 +32,15 @@ import torch
 import torch.nn.functional as F
 
 from rffm.config import entry_defaults
-from rffm.data import cache
-from rffm.model import backbone
+from rffm.data import cache, cache_plan
+from rffm.model import encoder as encoders
+from rffm.model.taps import keep_options, spec_for
+from rffm.records.files import read_json
 from rffm.records.layout import CACHED_SPLITS, hidden_file
 from rffm.runtime import batching
 from rffm.runtime.profiling import PhaseTimes
 from rffm.steps import build_cache as build_cache_step
-from rffm.steps import pretrain_backbone, stage_dataset
+from rffm.steps import import_backbone, pretrain_backbone, stage_dataset
 from rffm.training import epoch as train
 
 CLASSES = 11
@@ -61,14 +64,29 @@ def with_threads(count: int, measure):
     return measured
 
 
-def prepare(work: Path, samples: int, arch: dict[str, int] = ARCH) -> tuple[Path, Path]:
-    """Stage a synthetic dataset of about `samples` examples and a default-architecture backbone."""
+def prepare(work: Path, samples: int, arch: dict[str, int] = ARCH, user: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    """Stage a synthetic dataset of about `samples` examples and a default-architecture backbone (or import `user`'s)."""
     per_key = max(5, round(samples / (CLASSES * SNRS)))  # at least one example per (class, SNR) in each split
     spec = {"name": "bench", "source": "synthetic", "seed": 1, "synthetic": {"examples_per_class_snr": per_key}}
     stage_dataset.run(entry_defaults("datasets", spec), work / "ds")
+    if user is not None:
+        kept = {key: value for key, value in user.items() if key not in ("adapter", "taps", "keep")}
+        import_backbone.run(entry_defaults("backbones", {**kept, "name": "bench"}), work / "bb")
+        return work / "ds", work / "bb"
     backbone_spec = {"name": "bench", "source": "random", "dataset": "bench", "arch": arch, "pretrain": {"seed": 0}}
     pretrain_backbone.run(entry_defaults("backbones", backbone_spec), work / "ds", work / "bb")
     return work / "ds", work / "bb"
+
+
+def load_encoder(backbone_dir: Path, spec: dict[str, Any], device: torch.device) -> encoders.Encoder:
+    """The bench backbone behind its adapter and taps, as build_cache and qualify run it."""
+    record = read_json(backbone_dir / "sentinel.json")["backbone"]
+    return encoders.load(record, backbone_dir / "backbone.pt", spec, "backbones.bench", device)
+
+
+def encode(model: encoders.Encoder, iq: torch.Tensor) -> torch.Tensor:
+    """One batch of cache rows, as the cache build computes them."""
+    return encoders.as_row(model.features(iq))
 
 
 def synchronize(device: torch.device) -> None:
@@ -80,27 +98,27 @@ def autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
 
 
-def forward_only(dataset_dir: Path, model: backbone.IQPatchTransformer, batch_size: int, device: torch.device) -> float:
+def forward_only(dataset_dir: Path, model: encoders.Encoder, batch_size: int, device: torch.device) -> float:
     """Seconds to read train+val and run the backbone over them, outputs discarded."""
     started = time.perf_counter()
     for split in CACHED_SPLITS:
         with h5py.File(dataset_dir / f"{split}.h5", "r") as handle, torch.no_grad(), autocast(device):
             iq = handle["iq"]
             for start in range(0, iq.shape[0], batch_size):
-                model(torch.from_numpy(iq[start : start + batch_size]).to(device)).to(torch.bfloat16).cpu()
+                encode(model, torch.from_numpy(iq[start : start + batch_size]).to(device)).to(torch.bfloat16).cpu()
     synchronize(device)
     return time.perf_counter() - started
 
 
 def build_cache(
-    dataset_dir: Path, backbone_dir: Path, out: Path, batch_size: int, profile: Path | None = None, device: str = "cpu"
+    dataset_dir: Path, backbone_dir: Path, out: Path, batch_size: int, profile: Path | None = None, device: str = "cpu", spec=None
 ) -> float:
     """Seconds of a build_cache step (record and memo, hashing included); its cache ends up in `out`."""
     started = time.perf_counter()
     headroom = entry_defaults("cache", {})["disk_headroom"]
     options = {"batch_size": batch_size, "disk_headroom": headroom, "batch_profile": profile, "device": str(device)}
     scratch = out.with_name(out.name + ".scratch")
-    build_cache_step.run(dataset_dir, backbone_dir, out.with_name(out.name + ".record"), scratch, **options)
+    build_cache_step.run(dataset_dir, backbone_dir, out.with_name(out.name + ".record"), scratch, spec=spec, **options)
     elapsed = time.perf_counter() - started
     shutil.rmtree(out, ignore_errors=True)
     (scratch / "bench__bench").rename(out)
@@ -158,7 +176,7 @@ def cached_epoch(cache_dir: Path, device: torch.device = torch.device("cpu")) ->
 
 
 def recompute_epoch(
-    cache_dir: Path, dataset_dir: Path, model: backbone.IQPatchTransformer, in_ram: bool = False, device: torch.device = torch.device("cpu")
+    cache_dir: Path, dataset_dir: Path, model: encoders.Encoder, in_ram: bool = False, device: torch.device = torch.device("cpu")
 ) -> float:
     """Seconds for the same pass without a cache: read the signal records, run the backbone, train the head.
 
@@ -171,7 +189,7 @@ def recompute_epoch(
         for rows in batches:
             rows = np.sort(rows)
             with torch.no_grad(), autocast(device):
-                hidden = model(torch.from_numpy(iq[rows]).to(device)).to(torch.bfloat16).float()
+                hidden = encode(model, torch.from_numpy(iq[rows]).to(device)).to(torch.bfloat16).float()
             yield hidden, torch.from_numpy(labels[rows]).to(device)
 
     with h5py.File(dataset_dir / "train.h5", "r") as train_file, h5py.File(dataset_dir / "val.h5", "r") as val_file:
@@ -214,7 +232,7 @@ def cache_bytes_time(path: Path) -> float:
     return elapsed
 
 
-def oom_probes(dataset_dir: Path, backbone_dir: Path, work: Path, limit: int, device: torch.device) -> tuple[int, int]:
+def oom_probes(dataset_dir: Path, backbone_dir: Path, work: Path, limit: int, device: torch.device, spec=None) -> tuple[int, int]:
     """Out-of-memory probes of a cache build without and then with the profile it left behind."""
     profile = work / "oom-profile.json"
     profile.unlink(missing_ok=True)
@@ -223,7 +241,7 @@ def oom_probes(dataset_dir: Path, backbone_dir: Path, work: Path, limit: int, de
     os.environ[batching.INJECT_ENV] = str(limit)
     try:
         for name in ("unseeded", "seeded"):
-            build_cache(dataset_dir, backbone_dir, work / f"cache-{name}", 1024, profile, device)
+            build_cache(dataset_dir, backbone_dir, work / f"cache-{name}", 1024, profile, device, spec)
             stats = json.loads((work / f"cache-{name}.record/provenance.json").read_text())["batch_stats"]
             counts.append(sum(s["ooms"] for s in stats.values()))
     finally:
@@ -234,7 +252,7 @@ def oom_probes(dataset_dir: Path, backbone_dir: Path, work: Path, limit: int, de
     return counts[0], counts[1]
 
 
-def peak_rss_mb(phase: str, dataset_dir: Path, backbone_dir: Path, cache_dir: Path, threads: int, device: torch.device) -> float:
+def peak_rss_mb(phase: str, dataset_dir: Path, backbone_dir: Path, cache_dir: Path, threads: int, device: torch.device, spec=None) -> float:
     """Peak RSS of a fresh process doing only one phase (build or epoch)."""
     code = (
         "import sys, torch\n"
@@ -244,7 +262,8 @@ def peak_rss_mb(phase: str, dataset_dir: Path, backbone_dir: Path, cache_dir: Pa
         f"torch.set_num_threads({threads} if phase == 'build' else b.EPOCH_THREADS)\n"
         "open('/proc/self/clear_refs', 'w').write('5')  # reset the peak: measure the phase, not the imports\n"
         f"device = torch.device({str(device)!r})\n"
-        "if phase == 'build': b.build_cache(ds, bb, c, 256, device=device)\n"
+        f"spec = {spec!r}\n"
+        "if phase == 'build': b.build_cache(ds, bb, c, 256, device=device, spec=spec)\n"
         "elif phase == 'epoch': b.cached_epoch(c, device)\n"
         "print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
     )
@@ -264,21 +283,29 @@ def fastest_of(repeats: int, *measures) -> list[float]:
 
 
 def run(
-    samples: int, work: Path, threads: int, repeats: int, oom_limit: int, arch: dict[str, int] = ARCH, device: str = "cpu"
+    samples: int,
+    work: Path,
+    threads: int,
+    repeats: int,
+    oom_limit: int,
+    arch: dict[str, int] = ARCH,
+    device: str = "cpu",
+    user: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every figure of the benchmark, measured in this run."""
+    """Every figure of the benchmark, measured in this run (on `user`'s backbone when given: a config's backbone entry)."""
     device = torch.device(device)
     torch.set_num_threads(threads)
     os.environ.setdefault("RFFM_PLAIN_PROGRESS", "1")
     os.environ.setdefault("RFFM_PROGRESS_INTERVAL", "3600")
-    dataset_dir, backbone_dir = prepare(work / "1x", samples, arch)
-    model = backbone.load(backbone_dir / "backbone.pt", device)
+    dataset_dir, backbone_dir = prepare(work / "1x", samples, arch, user)
+    spec = spec_for(user or {})
+    model = load_encoder(backbone_dir, spec, device)
     cache_dir = work / "1x" / "cache"
     forward_only(dataset_dir, model, 256, device)  # warm-up: page cache, allocator, kernels
     t_forward, t_build = fastest_of(
         repeats,
         lambda: forward_only(dataset_dir, model, 256, device),
-        lambda: build_cache(dataset_dir, backbone_dir, cache_dir, 256, device=device),
+        lambda: build_cache(dataset_dir, backbone_dir, cache_dir, 256, device=device, spec=spec),
     )
     t_recompute, t_recompute_ram, t_cached, t_head = fastest_of(
         repeats,
@@ -291,14 +318,15 @@ def run(
     cache_bytes = sum(path.stat().st_size for path in cache_files)
     bandwidth = max(cache_bytes / sum(cache_bytes_time(path) for path in cache_files) for _ in range(repeats))
     floor = cache_bytes / bandwidth + t_head
-    unseeded, seeded = oom_probes(dataset_dir, backbone_dir, work / "1x", oom_limit, device)
+    unseeded, seeded = oom_probes(dataset_dir, backbone_dir, work / "1x", oom_limit, device, spec)
+    options = option_bytes(dataset_dir, model, spec)
 
-    dataset_4x, backbone_4x = prepare(work / "4x", 4 * samples, arch)
+    dataset_4x, backbone_4x = prepare(work / "4x", 4 * samples, arch, user)
     rss = {"python_torch_baseline_mb": peak_rss_mb("none", dataset_dir, backbone_dir, work / "none", threads, device)}
     for scale, (ds, bb) in {"1x": (dataset_dir, backbone_dir), "4x": (dataset_4x, backbone_4x)}.items():
         target = work / scale / "rss-cache"
-        rss[f"build_{scale}_mb"] = peak_rss_mb("build", ds, bb, target, threads, device)
-        rss[f"epoch_{scale}_mb"] = peak_rss_mb("epoch", ds, bb, target, threads, device)
+        rss[f"build_{scale}_mb"] = peak_rss_mb("build", ds, bb, target, threads, device, spec)
+        rss[f"epoch_{scale}_mb"] = peak_rss_mb("epoch", ds, bb, target, threads, device, spec)
     return {
         "P1": round(t_recompute / t_cached, 2),
         "P2": round(t_cached / floor, 2),
@@ -321,7 +349,9 @@ def run(
             "head_only_s": round(t_head, 4),
             "cache_bytes": cache_bytes,
             "epoch_threads": EPOCH_THREADS,
-            "backbone_arch": arch,
+            "backbone_arch": arch if user is None else {"source": user["source"], **{k: user[k] for k in ("python",) if k in user}},
+            "keep": spec["keep"],
+            "cache_bytes_by_keep": options,
             "memmap_read_gb_s": round(bandwidth / 1e9, 3),
             "io_plus_compute_floor_s": round(floor, 4),
             "cache_build_s": round(t_build, 4),
@@ -342,10 +372,12 @@ def main(
     oom_limit: int = 100,
     arch: dict | None = None,
     device: str = "cpu",
+    config: str | None = None,
 ) -> int:
     """Run the benchmark and print a readable summary, then the JSON line."""
+    user = user_backbone(config) if config else None
     with tempfile.TemporaryDirectory(prefix="rffm-bench-", dir=work_dir) as tmp:
-        result = run(samples, Path(tmp), threads, repeats, oom_limit, {**ARCH, **(arch or {})}, device)
+        result = run(samples, Path(tmp), threads, repeats, oom_limit, {**ARCH, **(arch or {})}, device, user)
     d = result["detail"]
     print(
         f"P1 epoch recomputing backbone / epoch from cache: {d['epoch_recompute_s']:.3f}s / {d['epoch_cached_s']:.3f}s = {result['P1']}"
@@ -364,5 +396,30 @@ def main(
         f"peak RSS MB: build {d['build_1x_mb']} -> {d['build_4x_mb']} (4x data), epoch {d['epoch_1x_mb']} -> {d['epoch_4x_mb']} (4x data);"
         f" python+torch after imports {d['python_torch_baseline_mb']}"
     )
+    sizes = ", ".join(f"{option} {size / 1e6:.1f} MB" for option, size in d["cache_bytes_by_keep"].items())
+    print(f"cache bytes by keep option (train + val, exact): {sizes}; this cache: {d['keep']}")
     print(json.dumps(result, sort_keys=True))
     return 0
+
+
+def user_backbone(path: str) -> dict[str, Any]:
+    """The backbone of a config file (its one backbone, or the first one of source python or export), schema defaults filled."""
+    from rffm import config as rffm_config
+
+    backbones = rffm_config.read(path).get("backbones", {})
+    chosen = [spec for spec in backbones.values() if spec.get("source") in ("python", "export")] or list(backbones.values())
+    if not chosen:
+        raise SystemExit(f"{path}: no backbones. Fix: pass a config with a backbones: entry (e.g. config/examples/wavesfm_like.yaml)")
+    return entry_defaults("backbones", {"name": "bench", **chosen[0]})
+
+
+def option_bytes(dataset_dir: Path, model: encoders.Encoder, spec: dict[str, Any]) -> dict[str, int]:
+    """Exact cache bytes of this data for every keep option (the cache planner's numbers)."""
+    counts = {split: cache.split_count(dataset_dir / f"{split}.h5") for split in CACHED_SPLITS}
+    with h5py.File(dataset_dir / "train.h5", "r") as handle:
+        length = int(handle["iq"].shape[-1])
+    every = encoders.Encoder(model.model, model.fingerprint, {**spec, "keep": "all"}, model.where, model.native_layers, model.length)
+    pooled = spec["taps"]["form"] == "pooled"
+    taps = [(tokens, width, pooled) for tokens, width in every.shapes(length)]
+    prefix = int(spec["taps"]["prefix"])
+    return cache_plan.option_sizes(counts, taps, prefix, keep_options(prefix, spec["keep"]))

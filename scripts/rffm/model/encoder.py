@@ -167,8 +167,9 @@ class Encoder:
             want = 2 if form == "pooled" else 3
             if not isinstance(hidden, torch.Tensor) or hidden.dim() != want or hidden.shape[0] != iq.shape[0]:
                 shape = list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+                name = self.tap_names(index + 1)[index]
                 raise ConfigError(
-                    f"{self.where}.taps: tap {self.tap_names()[index]!r} gives {shape} for a batch of {iq.shape[0]}, not the declared "
+                    f"{self.where}.taps: tap {name!r} gives {shape} for a batch of {iq.shape[0]}, not the declared "
                     f"form {form} {FORMS[form]}. "
                     f"Fix: set taps.form to tokens [B, T, D], channels [B, D, T] or pooled [B, D], or tap another module."
                 )
@@ -180,12 +181,12 @@ class Encoder:
             out.append(keep_tokens(hidden.float(), prefix, self.spec["keep"]))
         return out
 
-    def tap_names(self) -> list[str]:
+    def tap_names(self, count: int) -> list[str]:
+        """How the `count` taps are named in records and messages: module names, or output indices."""
         taps = self.spec["taps"]
         if taps.get("modules"):
             return list(taps["modules"])
-        count = len(taps["select"]) if taps.get("select") else (self.native_layers or 64)
-        return [f"output {taps['select'][i] if taps.get('select') else i}" for i in range(count)]
+        return [f"output {taps['select'][i]}" if taps.get("select") else f"output {i}" for i in range(count)]
 
     def shapes(self, length: int) -> list[tuple[int, int]]:
         """(tokens, width) of every cached tap, from one probe batch of `length` samples."""

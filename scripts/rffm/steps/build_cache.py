@@ -41,7 +41,7 @@ def describe(
         raise ConfigError(problem)
     model = encoders.load(backbone, backbone_dir / "backbone.pt", spec, where)
     taps = model.shapes(length)
-    names = model.tap_names()
+    names = model.tap_names(len(taps))
     row = encoders.row_shape(taps)
     counts = dataset["dataset"]["counts"]
     return {
