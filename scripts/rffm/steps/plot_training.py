@@ -70,9 +70,11 @@ def sweep_evidence(selection: dict[str, Any], path: str | Path, title: str) -> N
     fig, ax = plt.subplots(figsize=(max(6.0, 1.0 + 0.7 * len(epochs)), max(3.0, 1.2 + 0.45 * len(members))))
     image = ax.imshow(grid, aspect="auto", cmap="viridis" if selection["mode"] == "max" else "viridis_r")
     fig.colorbar(image, ax=ax, label=f"{metric} (validation split)")
+    middle = (min(map(min, grid)) + max(map(max, grid))) / 2
     for row, values in enumerate(grid):
-        for column, value in enumerate(values):
-            ax.text(column, row, f"{value:.3f}", ha="center", va="center", fontsize=7, color="white")
+        for column, value in enumerate(values):  # dark text on the bright half of the colour map
+            bright = (value > middle) == (selection["mode"] == "max")
+            ax.text(column, row, f"{value:.3f}", ha="center", va="center", fontsize=7, color="black" if bright else "white")
     row, column = members.index(selection["member"]), epochs.index(selection["epoch"])
     ax.add_patch(plt.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, ec="red", lw=2.5))
     ax.set_xticks(range(len(epochs)), [str(e) for e in epochs])
