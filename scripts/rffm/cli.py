@@ -211,6 +211,8 @@ def verify(args: argparse.Namespace) -> int:
         print(f"STALE {Path(args.results_dir) / folder} (the config no longer plans it; `rffm prune` removes it)")
     for note in report.notes:
         print(f"note: {note}")
+    for line in report.protection:
+        print(f"ledger {line}")
     if not report.checked:
         print(f"no sentinels of the current plan under {args.results_dir}")
         return 1
@@ -237,10 +239,11 @@ def prune(args: argparse.Namespace) -> int:
 
 
 def unlock(args: argparse.Namespace) -> int:
-    from rffm.ops.unlock import clear_stale_lock
+    from rffm.ops.unlock import unlock as clear
 
-    print(clear_stale_lock(args.directory))
-    return 0
+    status, message = clear(args.directory)
+    print(message)
+    return status  # 0: a dead run's lock removed; 1: not locked; 3: a lock left alone (live, or not judged here)
 
 
 def install_profiles(args: argparse.Namespace) -> int:
@@ -420,7 +423,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
-    sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one).")
+    sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one); exit 0 removed, 1 not locked, 3 left alone.")
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)

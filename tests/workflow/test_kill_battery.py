@@ -19,6 +19,8 @@ import pytest
 
 from conftest import BIN, REPO, SNAKEFILE, copy_workdir, snakemake
 from rffm.ops.unlock import clear_stale_lock
+from rffm.records import ledger
+from rffm.records.store import PosixStore
 
 pytestmark = pytest.mark.workflow
 RUN = "results/runs/base"
@@ -103,3 +105,6 @@ def test_a_kill_at_any_point_resumes_to_the_same_bytes(finished_workdir: Path, t
     assert [name for name in resumed if resumed[name] != uninterrupted[name]] == []
     left = [p for root in ("results", "scratch") for p in (workdir / root).rglob("*.tmp")]
     assert left == [], left
+    # the ledger entry is as write-once as the uninterrupted run's (a kill between its link and its lock: locked on resume)
+    protections = [[what for _, what in ledger.protections(PosixStore(w / "results"))] for w in (workdir, finished_workdir)]
+    assert protections[0] == protections[1], protections

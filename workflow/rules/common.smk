@@ -21,7 +21,7 @@ from rffm.records.layout import (
     split_file,
 )
 from rffm.records.store import open_store
-from rffm.ops.unlock import record_owner
+from rffm.ops.unlock import lock_line, record_owner
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
 # It also reads the config files (repeated keys) and, where jobs and files are on this machine, checks them.
@@ -572,3 +572,9 @@ def on_start():
         )
     except RffmError as error:  # before any job: stop with the one line
         raise PlanRefused(f"rffm: {error}") from None
+
+
+# ---- while planning: a lock a killed run left (read only; Snakemake's own paragraph follows) ----
+if workflow.is_main_process and not workflow.remote_exec and not workflow.subprocess_exec:
+    if LOCK_LINE := lock_line(os.getcwd()):
+        print(LOCK_LINE, file=sys.stderr)

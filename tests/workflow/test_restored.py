@@ -1,0 +1,61 @@
+"""Restored epochs are recorded (issue 23): an epoch restored from the memo instead of trained says so in its
+provenance (the entry, and where it was trained), in `rffm status` (column `restored`) and in the run manifest
+(provenance.restored_epochs); `rffm verify` checks its bytes against the memo entry it came from.
+(On Google Batch, after a spot preemption: tests/executors/test_googlebatch_guarantees.py.)"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, snakemake
+from rffm.ops import status, verify
+from rffm.records import provenance
+from rffm.records.files import read_json
+
+pytestmark = pytest.mark.workflow
+RUN = "results/runs/base"
+
+
+@pytest.fixture
+def restored(workdir: Path) -> Path:
+    """The finished tiny run with epochs 1 and 2 gone (a lost node) and its qualification forced to run again."""
+    for epoch in (1, 2):
+        shutil.rmtree(workdir / f"{RUN}/epochs/{epoch}")
+    (workdir / f"{RUN}/qualification/sentinel.json").unlink()
+    snakemake(workdir)
+    assert "restored from" in (workdir / "results/logs/train_epoch/base/1.log").read_text()
+    return workdir
+
+
+def test_a_restored_epoch_names_its_memo_entry_and_where_it_was_trained(restored: Path, finished_workdir: Path):
+    for epoch in (1, 2):
+        record = provenance.read(restored / f"{RUN}/epochs/{epoch}/provenance.json")
+        assert "/results/memo/train_epoch/" in record["restored_from"], record
+        original = provenance.read(finished_workdir / f"{RUN}/epochs/{epoch}/provenance.json")
+        assert record["computed_by"]["host"] == original["host"] and record["computed_by"]["pid"] == original["pid"]
+    assert "restored_from" not in provenance.read(restored / f"{RUN}/epochs/3/provenance.json")
+
+
+def test_status_and_the_manifest_list_the_restored_epochs(restored: Path):
+    [row] = [r for r in status.collect(restored / "results") if r["run"] == "base"]
+    assert row["restored_epochs"] == [1, 2]
+    shown = subprocess.run([str(BIN / "rffm"), "status", "results"], cwd=restored, capture_output=True, text=True, check=True).stdout
+    header, line = shown.splitlines()[:2]
+    assert line[header.index("restored") :].split()[0] == "1,2", shown
+    manifest = read_json(restored / f"{RUN}/qualification/run_manifest.json")
+    listed = manifest["provenance"]["restored_epochs"]
+    assert [item["epoch"] for item in listed] == [1, 2]
+    assert all(item["memo_entry"].startswith(str(restored / "results/memo/train_epoch/")) for item in listed)
+    assert all(item["trained_by"]["executor"] == "local" and item["trained_by"]["host"] for item in listed)
+
+
+def test_verify_checks_a_restored_epoch_against_its_memo_entry(restored: Path):
+    assert verify.verify_tree(restored / "results").broken == []
+    entry = Path(provenance.read(restored / f"{RUN}/epochs/1/provenance.json")["restored_from"])
+    shutil.rmtree(entry)
+    broken = verify.verify_tree(restored / "results").broken
+    assert broken == [f"{restored}/{RUN}/epochs/1/provenance.json: restored from the memo entry {entry}, which is missing (deleted?)"]
