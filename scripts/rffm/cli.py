@@ -255,6 +255,20 @@ def install_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def preflight(args: argparse.Namespace) -> int:
+    from rffm.ops.preflight import preflight as check
+    from rffm.ops.profiles import CHECKOUT
+
+    problems, checked = check(args.profile, Path(args.checkout) if args.checkout else CHECKOUT)
+    for line in problems:
+        print(f"PROBLEM {line}")
+    for line in checked if not problems else []:
+        print(f"checked {line}")
+    if problems:
+        print(f"{len(problems)} problem(s); nothing was submitted")
+    return 1 if problems else 0
+
+
 def posttrain(args: argparse.Namespace) -> int:
     from rffm.ops.posttrain import posttrain as run
 
@@ -423,11 +437,15 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
-    sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one); exit 0 removed, 1 not locked, 3 left alone.")
+    text = "Remove the Snakemake lock of a run that was killed (never the lock of a live one); exit 0 removed, 1 not locked, 3 left alone."
+    sub = verb(unlock, text)
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
+    sub = verb(preflight, "Check what a Google Batch run needs before anything is submitted (bucket, image, variables, IAM, network).")
+    sub.add_argument("--profile", default="gcp-batch", help="a profile name under the checkout's profiles/, or its directory")
+    sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to read (default: the one this rffm is installed from)")
     sub = verb(
         posttrain,
         "Run the whole workflow in this process (Snakemake API, local executor), for single-job launchers "

@@ -98,7 +98,8 @@ def test_an_entry_is_write_once_where_the_filesystem_allows_and_verify_says_whic
     assert protection == "immutable (chattr +i): no job can delete, rename or rewrite it"
     # what a buggy or hostile job would try: delete, overwrite, replace by rename, make it writable again
     (tmp_path / "forged.json").write_bytes(b"{}")
-    for attempt in (path.unlink, lambda: path.write_bytes(b"{}"), lambda: os.replace(tmp_path / "forged.json", path), lambda: path.chmod(0o644)):
+    forge = lambda: os.replace(tmp_path / "forged.json", path)  # noqa: E731
+    for attempt in (path.unlink, lambda: path.write_bytes(b"{}"), forge, lambda: path.chmod(0o644)):
         with pytest.raises(PermissionError):
             attempt()
     assert ledger.read(store, ledger.entry_key(SPLIT, "run-a")) == entry("run-a", "art-1")

@@ -52,7 +52,8 @@ def test_the_plan_line_names_rffm_unlock_for_a_dead_lock_and_the_pid_of_a_live_o
     )
     sleeper = subprocess.Popen(["bash", "-c", "exec -a snakemake-like sleep 30"], cwd=tmp_path)
     try:
-        assert locks.lock_line(tmp_path) == f"rffm: {tmp_path} is locked by a live run (pid {sleeper.pid}); left alone: wait for it or stop it"
+        live = f"rffm: {tmp_path} is locked by a live run (pid {sleeper.pid}); left alone: wait for it or stop it"
+        assert locks.lock_line(tmp_path) == live
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -89,7 +89,10 @@ def lock_line(workdir: str | Path) -> str | None:
     state, owner, live = lock_state(workdir)
     where = os.path.abspath(workdir)
     if state == "dead":
-        return f"rffm: {where} is locked by a run that was killed (no snakemake left in it on {owner}). Fix: `rffm unlock {where}`, then run snakemake again"
+        return (
+            f"rffm: {where} is locked by a run that was killed (no snakemake left in it on {owner}). "
+            f"Fix: `rffm unlock {where}`, then run snakemake again"
+        )
     if state == "live":
         return f"rffm: {where} is locked by a live run (pid {', '.join(map(str, live))}); left alone: wait for it or stop it"
     if state == "elsewhere":
@@ -109,9 +112,11 @@ def unlock(workdir: str | Path) -> tuple[int, str]:
     if state == "unlocked":
         return NOT_LOCKED, f"{workdir}: not locked"
     if state == "unknown":
-        return LEFT_ALONE, f"{workdir}: locked; cannot tell whether its run is alive here (no /proc). Fix: if nothing runs, `snakemake --unlock`"
+        why = "cannot tell whether its run is alive here (no /proc)"
+        return LEFT_ALONE, f"{workdir}: locked; {why}. Fix: if nothing runs, `snakemake --unlock`"
     if state == "elsewhere":
-        return LEFT_ALONE, f"{workdir}: locked by a run on host {owner or 'unknown'}; left alone. Fix: if nothing runs there, `snakemake --unlock`"
+        fix = "Fix: if nothing runs there, `snakemake --unlock`"
+        return LEFT_ALONE, f"{workdir}: locked by a run on host {owner or 'unknown'}; left alone. {fix}"
     if state == "live":
         return LEFT_ALONE, f"{workdir}: locked by a live run (pid {', '.join(map(str, live))}); left alone"
     for lock in sorted(locks.glob("*.lock")):

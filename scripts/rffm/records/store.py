@@ -102,7 +102,7 @@ class PosixStore(Store):
         if inode_flags(path) & FS_IMMUTABLE_FL:
             return "immutable (chattr +i): no job can delete, rename or rewrite it"
         if path.stat().st_mode & 0o222 == 0:
-            return "read-only (mode 0444) but not immutable: its owner, or root, can still delete it (profiles/README.md, write-once ledger)"
+            return "read-only (mode 0444) but not immutable: its owner, or root, can still delete it (concepts.md, the test ledger)"
         return "WRITABLE: any job can rewrite it (its mode was changed)"
 
 
@@ -184,6 +184,22 @@ class GcsStore(Store):
 
     def put(self, key: str, data: bytes) -> None:
         self.bucket.blob(self._name(key)).upload_from_string(data)
+
+    def protection(self, key: str) -> str:
+        """The object's retention and holds as the service reports them; else only IAM can keep jobs from deleting it."""
+        blob = self.bucket.get_blob(self._name(key))
+        if blob is None:
+            return "missing"
+        retention = blob._properties.get("retention") or {}
+        if retention.get("mode"):
+            return f"{retention['mode']} retention until {retention.get('retainUntilTime')} (Cloud Storage refuses its deletion until then)"
+        holds = [name for name in ("temporary_hold", "event_based_hold") if getattr(blob, name)]
+        if holds:
+            return f"{' and '.join(holds).replace('_', ' ')}: Cloud Storage refuses its deletion while held"
+        return (
+            "created create-only (ifGenerationMatch=0), no retention or hold: whether a job can delete it is IAM's decision "
+            "(`rffm preflight --profile gcp-batch` checks the VM account's roles; profiles/README.md, Write-once ledger)"
+        )
 
 
 def open_store(url: str | Path) -> Store:
