@@ -59,3 +59,36 @@ def test_verify_checks_a_restored_epoch_against_its_memo_entry(restored: Path):
     shutil.rmtree(entry)
     broken = verify.verify_tree(restored / "results").broken
     assert broken == [f"{restored}/{RUN}/epochs/1/provenance.json: restored from the memo entry {entry}, which is missing (deleted?)"]
+
+
+def test_the_ledger_entry_the_qualify_job_wrote_cannot_be_deleted_or_overwritten_by_a_job(finished_workdir: Path):
+    """Issue 23, acceptance 3 on POSIX: a job (any process of the workflow's user) that tries to delete, rewrite or
+    replace the entry fails where the filesystem allows immutable files; `rffm verify` reports every entry's protection."""
+    [entry] = (finished_workdir / "results/ledger").rglob("*.json")
+    shown = subprocess.run([str(BIN / "rffm"), "verify", "results"], cwd=finished_workdir, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stdout
+    lines = [line for line in shown.stdout.splitlines() if line.startswith("ledger ")]
+    assert len(lines) == 1 and lines[0].startswith(f"ledger {finished_workdir / 'results'}/ledger/"), shown.stdout
+    if "immutable (chattr +i)" not in lines[0]:
+        assert "read-only (mode 0444) but not immutable" in lines[0]
+        pytest.skip("this machine does not let the workflow make files immutable: the entry is read-only only")
+    before = entry.read_bytes()
+    hostile = (
+        "import os, sys\n"
+        "path = sys.argv[1]\n"
+        "for name, attempt in [('delete', lambda: os.unlink(path)), ('overwrite', lambda: open(path, 'r+b').write(b'{}')),\n"
+        "                      ('replace', lambda: (open(path + '.x', 'w').close(), os.replace(path + '.x', path))),\n"
+        "                      ('chmod', lambda: os.chmod(path, 0o644))]:\n"
+        "    try:\n"
+        "        attempt()\n"
+        "        print(name, 'succeeded')\n"
+        "    except PermissionError:\n"
+        "        print(name, 'refused')\n"
+    )
+    import sys
+
+    tried = subprocess.run([sys.executable, "-c", hostile, str(entry)], capture_output=True, text=True, check=True)
+    assert tried.stdout.split("\n")[:4] == ["delete refused", "overwrite refused", "replace refused", "chmod refused"], tried.stdout
+    assert entry.read_bytes() == before
+    for leftover in entry.parent.glob("*.x"):
+        leftover.unlink()
