@@ -161,9 +161,11 @@ def test_a_job_overwriting_an_entry_create_only_fails_and_the_entry_reports_its_
         assert store.create(key, ledger.encode(qualification("run-a", "art-forged"))) is False  # the service refused it
         assert ledger.read(store, key)["artifact_sha256"] == "art-1"
         [(where, protection)] = ledger.protections(store)
-        assert where == f"gs://{BUCKET}/rffm/results/{key}" and protection.startswith("created create-only (ifGenerationMatch=0), no retention")
-        blob = store.bucket.blob(f"rffm/results/{ledger.entry_key(SPLIT, 'run-b')}")
+        assert where == f"gs://{BUCKET}/rffm/results/{key}"
+        assert protection.startswith("created create-only (ifGenerationMatch=0), no retention")
+        locked = ledger.entry_key(SPLIT, "run-b")
+        blob = store.bucket.blob(f"rffm/results/{locked}")
         blob.retention.mode = "Locked"
         blob.retention.retain_until_time = datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)
         blob.upload_from_string(ledger.encode(qualification("run-b", "art-2")), if_generation_match=0)
-        assert dict(ledger.protections(store))[store.where(ledger.entry_key(SPLIT, "run-b"))].startswith("Locked retention until 2100-01-01")
+        assert dict(ledger.protections(store))[store.where(locked)].startswith("Locked retention until 2100-01-01")
