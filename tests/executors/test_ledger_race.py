@@ -166,6 +166,6 @@ def test_a_job_overwriting_an_entry_create_only_fails_and_the_entry_reports_its_
         locked = ledger.entry_key(SPLIT, "run-b")
         blob = store.bucket.blob(f"rffm/results/{locked}")
         blob.retention.mode = "Locked"
-        blob.retention.retain_until_time = datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)
+        blob.retention.retain_until_time = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
         blob.upload_from_string(ledger.encode(qualification("run-b", "art-2")), if_generation_match=0)
         assert dict(ledger.protections(store))[store.where(locked)].startswith("Locked retention until 2100-01-01")
