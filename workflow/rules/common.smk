@@ -570,6 +570,10 @@ def on_start():
 
 
 # ---- while planning: a lock a killed run left (read only; Snakemake's own paragraph follows) ----
-if workflow.is_main_process and not workflow.remote_exec and not workflow.subprocess_exec:
+if (
+    workflow.is_main_process
+    and not workflow.remote_exec
+    and not workflow.subprocess_exec
+):
     if LOCK_LINE := lock_line(os.getcwd()):
         print(LOCK_LINE, file=sys.stderr)
