@@ -241,6 +241,8 @@ def preflight(profile: str | Path, checkout: Path, env: Mapping[str, str] | None
     where, settings = read_profile(profile, checkout)
     problems = variable_problems(settings, env, where) + identity_problems(env)
     checked = [f"profile {where}: every variable it reads is set"] if not problems else []
+    if not problems and env.get("RFFM_GCP_PROJECT") and env.get("RFFM_BATCH_SERVICE_ACCOUNT"):
+        checked.append(f"project {env['RFFM_GCP_PROJECT']} and VM service account {env['RFFM_BATCH_SERVICE_ACCOUNT']}: well-formed")
     image = env.get("RFFM_WORKER_IMAGE")
     if image:
         problem = pinned_image_problem(image)
