@@ -190,9 +190,9 @@ class GcsStore(Store):
         blob = self.bucket.get_blob(self._name(key))
         if blob is None:
             return "missing"
-        retention = blob._properties.get("retention") or {}
-        if retention.get("mode"):
-            return f"{retention['mode']} retention until {retention.get('retainUntilTime')} (Cloud Storage refuses its deletion until then)"
+        if blob.retention.mode:
+            until = blob.retention.retain_until_time.isoformat() if blob.retention.retain_until_time else "?"
+            return f"{blob.retention.mode} retention until {until} (Cloud Storage refuses its deletion until then)"
         holds = [name for name in ("temporary_hold", "event_based_hold") if getattr(blob, name)]
         if holds:
             return f"{' and '.join(holds).replace('_', ' ')}: Cloud Storage refuses its deletion while held"
