@@ -1,6 +1,6 @@
 """Restored epochs are recorded (issue 23): an epoch restored from the memo instead of trained says so in its
-provenance (the entry, and where it was trained), in `rffm status` (column `restored`) and in the run manifest
-(provenance.restored_epochs); `rffm verify` checks its bytes against the memo entry it came from.
+provenance (the entry, and where it was trained), in `rffm status` (column `restored`), in the run manifest
+(provenance.restored_epochs) and its HTML summary; `rffm verify` checks its bytes against the memo entry it came from.
 (On Google Batch, after a spot preemption: tests/executors/test_googlebatch_guarantees.py.)"""
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def test_status_and_the_manifest_list_the_restored_epochs(restored: Path):
     assert [item["epoch"] for item in listed] == [1, 2, 3]
     assert all(item["memo_entry"].startswith("results/memo/train_epoch/") for item in listed)
     assert all(item["trained_by"]["executor"] == "local" and item["trained_by"]["host"] for item in listed)
+    report = (restored / f"{RUN}/report/qualification/manifest_summary.html").read_text()
+    host = listed[0]["trained_by"]["host"]
+    assert f"epochs restored from the memo (not trained by this run)</td><td>1 (trained on {host}, entry results/memo/" in report
 
 
 def test_verify_checks_a_restored_epoch_against_its_memo_entry(restored: Path):
