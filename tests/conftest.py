@@ -135,6 +135,17 @@ def no_user_profiles(tmp_path_factory) -> Iterator[None]:
     patch.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def releasable_ledgers(tmp_path_factory) -> Iterator[None]:
+    """Ledger entries the workflow made immutable (chattr +i: it can where the tests run as root) are released when the
+    session ends, so that pytest can remove its old temporary directories."""
+    yield
+    from rffm.records.store import set_immutable
+
+    for path in tmp_path_factory.getbasetemp().rglob("ledger/*/*.json"):
+        set_immutable(path, False)
+
+
 @pytest.fixture(scope="session")
 def finished_workdir(tmp_path_factory) -> Path:
     """The tiny workflow run to completion once per session (copy it before changing anything)."""

@@ -213,6 +213,8 @@ def verify(args: argparse.Namespace) -> int:
         print(f"STALE {Path(args.results_dir) / folder} (the config no longer plans it; `rffm prune` removes it)")
     for note in report.notes:
         print(f"note: {note}")
+    for line in report.protection:
+        print(f"ledger {line}")
     if not report.checked:
         print(f"no sentinels of the current plan under {args.results_dir}")
         return 1
@@ -239,10 +241,11 @@ def prune(args: argparse.Namespace) -> int:
 
 
 def unlock(args: argparse.Namespace) -> int:
-    from rffm.ops.unlock import clear_stale_lock
+    from rffm.ops.unlock import unlock as clear
 
-    print(clear_stale_lock(args.directory))
-    return 0
+    status, message = clear(args.directory)
+    print(message)
+    return status  # 0: a dead run's lock removed; 1: not locked; 3: a lock left alone (live, or not judged here)
 
 
 def install_profiles(args: argparse.Namespace) -> int:
@@ -252,6 +255,20 @@ def install_profiles(args: argparse.Namespace) -> int:
     for line in install(args.checkout or CHECKOUT):
         print(line)
     return 0
+
+
+def preflight(args: argparse.Namespace) -> int:
+    from rffm.ops.preflight import preflight as check
+    from rffm.ops.profiles import CHECKOUT
+
+    problems, checked = check(args.profile, Path(args.checkout) if args.checkout else CHECKOUT)
+    for line in problems:
+        print(f"PROBLEM {line}")
+    for line in checked if not problems else []:
+        print(f"checked {line}")
+    if problems:
+        print(f"{len(problems)} problem(s); nothing was submitted")
+    return 1 if problems else 0
 
 
 def posttrain(args: argparse.Namespace) -> int:
@@ -431,11 +448,15 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
-    sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one).")
+    text = "Remove the Snakemake lock of a run that was killed (never the lock of a live one); exit 0 removed, 1 not locked, 3 left alone."
+    sub = verb(unlock, text)
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
+    sub = verb(preflight, "Check what a Google Batch run needs before anything is submitted (bucket, image, variables, IAM, network).")
+    sub.add_argument("--profile", default="gcp-batch", help="a profile name under the checkout's profiles/, or its directory")
+    sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to read (default: the one this rffm is installed from)")
     sub = verb(
         posttrain,
         "Run the whole workflow in this process (Snakemake API, local executor), for single-job launchers "

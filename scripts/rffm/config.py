@@ -412,7 +412,32 @@ def unusable_directory(value: str) -> str | None:
         return f"{path} lies under the file {ancestor}"
     if not os.access(ancestor, os.W_OK | os.X_OK):  # root passes unless the filesystem is read-only
         return f"{ancestor} is not writable" + ("" if ancestor == path else f", so {path} cannot be created")
+    if (kind := _kernel_filesystem(ancestor)) is not None:  # root passes os.access there, but mkdir fails
+        return f"{ancestor} is on the kernel's {kind} filesystem, where no directory can be made or written" + (
+            "" if ancestor == path else f", so {path} cannot be created"
+        )
     return None
+
+
+# Filesystems the kernel fills itself: their modes say writable to root, but mkdir and new files fail (EPERM/ENOENT).
+KERNEL_FILESYSTEMS = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs", "debugfs", "tracefs", "configfs", "pstore", "bpf"}
+
+
+def _kernel_filesystem(path: Path) -> str | None:
+    """The type of the kernel filesystem `path` lies on (its mount from /proc/self/mounts), None for ordinary storage."""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    real, best, kind = os.path.realpath(path), "", None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind if kind in KERNEL_FILESYSTEMS else None
 
 
 def directory_problems(config: dict[str, Any], keys: Iterable[str]) -> list[str]:

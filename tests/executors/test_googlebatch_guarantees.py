@@ -117,6 +117,21 @@ def raised(preempted, checkout, emulator, tmp_path_factory) -> dict:
     return {"report": report, "jobs": jobs_by_group(report), "epochs": snapshot(emulator, f"{RESULTS}/runs/base/epochs/")}
 
 
+@pytest.fixture(scope="module")
+def qualified(raised, checkout, emulator, tmp_path_factory) -> dict:
+    """Step 3: both runs qualified; `tree` is a copy of the bucket's results (what `gcloud storage rsync` gives)."""
+    state = tmp_path_factory.mktemp("qualified")
+    result, report = run_fake_batch(checkout, state, emulator, "--profile", "profiles/gcp-batch", *FAST, env=profile_env(BUCKET))
+    assert result.returncode == 0, output(result)
+    tree = tmp_path_factory.mktemp("bucket-copy")
+    for name, blob in bucket_objects(emulator, BUCKET).items():
+        if name.startswith(f"{RESULTS}/"):
+            path = tree / "results" / name.removeprefix(f"{RESULTS}/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            blob.download_to_filename(path)
+    return {"report": report, "tree": tree}
+
+
 # ---- a preempted epochs job: Batch retries it, completed epochs are restored, the artifact is the same ----
 
 
@@ -146,6 +161,26 @@ def test_the_retry_restores_epochs_1_and_2_and_trains_epoch_3_only(preempted, em
     assert third["cache_build"], "the new VM built the cache (its local SSD was empty)"
     logs = {e: bucket_objects(emulator, BUCKET)[f"{RESULTS}/logs/train_epoch/base/{e}.log"].download_as_text() for e in (1, 2, 3)}
     assert ["restored from" in logs[e] for e in (1, 2, 3)] == [True, True, False], logs
+
+
+def test_the_restored_epochs_are_listed_by_the_manifest_and_rffm_status(preempted, qualified, emulator):
+    """Issue 23: epochs 1-2 of the preempted run were restored on the retry's VM, not trained there: the manifest
+    names each one's memo entry and the job that trained it; `rffm status` shows them in its `restored` column."""
+    from rffm.ops import status
+
+    base = preempted["jobs"]["train-base-train-epoch"]
+    restored = read_object(emulator, "runs/base/qualification/run_manifest.json")["provenance"]["restored_epochs"]
+    assert [item["epoch"] for item in restored] == [1, 2], restored
+    for item in restored:
+        assert item["memo_entry"].startswith(f"gs://{BUCKET}/{RESULTS}/memo/train_epoch/")
+        assert item["trained_by"]["executor"] == "googlebatch" and item["trained_by"]["host"], item
+    computed = [read_object(emulator, f"runs/base/epochs/{e}/provenance.json")["computed_by"] for e in (1, 2)]
+    assert [item["trained_by"]["job_id"] for item in restored] == [c["job_id"] for c in computed], "the preempted attempt's job"
+    assert base["attempts"][0]["preempted"]
+    assert read_object(emulator, "runs/other/qualification/run_manifest.json")["provenance"]["restored_epochs"] == []
+    rows = {row["run"]: row for row in status.collect(qualified["tree"] / "results")}
+    assert (rows["base"]["restored_epochs"], rows["other"]["restored_epochs"]) == ([1, 2], [])
+    assert "restored" in status.render(list(rows.values())).splitlines()[0]
 
 
 def test_the_preempted_run_selects_the_uninterrupted_artifact(preempted, emulator, finished_workdir: Path):

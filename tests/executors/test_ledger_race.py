@@ -146,3 +146,26 @@ def test_gcp_storage_emulator_ignores_the_precondition():
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = saved
+
+
+def test_a_job_overwriting_an_entry_create_only_fails_and_the_entry_reports_its_protection(tmp_path):
+    """Issue 23 on Cloud Storage: what fake-gcs-server enforces (a create-only upload over an entry: 412) and what it only
+    stores (an object retention: reported by the store, never enforced here; profiles/README.md, Write-once ledger)."""
+    import datetime
+
+    with precondition_gcs(tmp_path / "fake-gcs.log") as url:
+        store = gcs_store(url)
+        store.client.create_bucket(BUCKET)
+        ledger.claim(store, qualification("run-a", "art-1"))
+        key = ledger.entry_key(SPLIT, "run-a")
+        assert store.create(key, ledger.encode(qualification("run-a", "art-forged"))) is False  # the service refused it
+        assert ledger.read(store, key)["artifact_sha256"] == "art-1"
+        [(where, protection)] = ledger.protections(store)
+        assert where == f"gs://{BUCKET}/rffm/results/{key}"
+        assert protection.startswith("created create-only (ifGenerationMatch=0), no retention")
+        locked = ledger.entry_key(SPLIT, "run-b")
+        blob = store.bucket.blob(f"rffm/results/{locked}")
+        blob.retention.mode = "Locked"
+        blob.retention.retain_until_time = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
+        blob.upload_from_string(ledger.encode(qualification("run-b", "art-2")), if_generation_match=0)
+        assert dict(ledger.protections(store))[store.where(locked)].startswith("Locked retention until 2100-01-01")

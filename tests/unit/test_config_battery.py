@@ -380,6 +380,18 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "checkpoint_store: {cwd}/config.yaml is a file, not a directory. "
         "Fix: set checkpoint_store to a directory you can write (relative paths start from {cwd})",
     ),
+    (  # root passes every mode check there: the kernel's own filesystem refuses mkdir (issue 23)
+        "scratch-on-proc",
+        lambda c: c.update(scratch="/proc/rffm-scratch"),
+        "scratch: /proc is on the kernel's proc filesystem, where no directory can be made or written, "
+        "so /proc/rffm-scratch cannot be created. Fix: set scratch to a directory you can write",
+    ),
+    (
+        "results-on-sysfs",
+        lambda c: c.update(results="/sys/rffm/results"),
+        "results: /sys is on the kernel's sysfs filesystem, where no directory can be made or written, "
+        "so /sys/rffm/results cannot be created. Fix: set results to a directory you can write",
+    ),
     (
         "results-broken-link",
         lambda c: os.symlink("gone", "dangling") or c.update(results="dangling/results"),

@@ -7,7 +7,7 @@ import pytest
 
 from rffm.errors import ExposureError, IntegrityError
 from rffm.records import ledger
-from rffm.records.store import PosixStore
+from rffm.records.store import PosixStore, set_immutable
 
 SPLIT = "xxh3_128_of_parts:" + "ab" * 16
 
@@ -31,13 +31,19 @@ def test_a_run_claims_one_artifact_per_split_and_the_count_is_distinct_artifacts
     assert key == f"ledger/{'ab' * 16}/run-a.json" and not (tmp_path / key).stat().st_mode & 0o222  # read-only
 
 
+def writable(path: Path) -> None:
+    """What an administrator does before editing an entry by hand: `chattr -i`, `chmod u+w`."""
+    set_immutable(path, False)
+    path.chmod(0o644)
+
+
 def test_an_edited_or_moved_entry_is_named(tmp_path: Path):
     store = PosixStore(tmp_path)
     ledger.claim(store, entry("run-a", "art-1"))
     path = tmp_path / ledger.entry_key(SPLIT, "run-a")
     body = json.loads(path.read_text())
     body["entry"]["metrics"]["accuracy"] = 0.99
-    path.chmod(0o644)
+    writable(path)
     path.write_text(json.dumps(body))
     with pytest.raises(IntegrityError, match="does not match its own sha256"):
         ledger.read(store, ledger.entry_key(SPLIT, "run-a"))
@@ -70,9 +76,32 @@ def test_an_entry_that_is_not_the_one_the_qualification_recorded_is_named(tmp_pa
     assert ledger.recorded_link({}.get) == (None, None)
     assert ledger.recorded_entry_problem(store, key, link, "q/sentinel.json") is None
     path = tmp_path / key
-    path.chmod(0o644)
+    writable(path)
     path.write_bytes(ledger.encode(entry("run-a", "art-1", accuracy=0.99)))  # edited and resealed: its own digest holds
     assert "differs from the one recorded" in ledger.recorded_entry_problem(store, key, link, "q/sentinel.json")
     path.unlink()
     problem = ledger.recorded_entry_problem(store, key, link, "q/sentinel.json")
     assert problem.startswith(str(path)) and "is missing (deleted?)" in problem and "\n" not in problem
+
+
+def test_an_entry_is_write_once_where_the_filesystem_allows_and_verify_says_which(tmp_path: Path):
+    import os
+
+    store = PosixStore(tmp_path)
+    ledger.claim(store, entry("run-a", "art-1"))
+    path = tmp_path / ledger.entry_key(SPLIT, "run-a")
+    [(where, protection)] = ledger.protections(store)
+    assert where == str(path)
+    if not set_immutable(path, True):  # no CAP_LINUX_IMMUTABLE here, or a filesystem without the flag
+        assert protection.startswith("read-only (mode 0444) but not immutable")
+        pytest.skip("this process may not make files immutable (chattr +i): the entry is read-only only")
+    assert protection == "immutable (chattr +i): no job can delete, rename or rewrite it"
+    # what a buggy or hostile job would try: delete, overwrite, replace by rename, make it writable again
+    (tmp_path / "forged.json").write_bytes(b"{}")
+    forge = lambda: os.replace(tmp_path / "forged.json", path)  # noqa: E731
+    for attempt in (path.unlink, lambda: path.write_bytes(b"{}"), forge, lambda: path.chmod(0o644)):
+        with pytest.raises(PermissionError):
+            attempt()
+    assert ledger.read(store, ledger.entry_key(SPLIT, "run-a")) == entry("run-a", "art-1")
+    writable(path)
+    assert ledger.protections(store)[0][1] == "WRITABLE: any job can rewrite it (its mode was changed)"

@@ -118,6 +118,18 @@ CASES = [
         "backbones.mini.path: models/backbone.pt does not exist. "
         "Fix: point it at the backbone.pt to import (relative paths start from {workdir})",
     ),
+    (  # issue 23: planning passed and build_cache died with a traceback after 12 files were written
+        "scratch-uncreatable",
+        changed(lambda c: c.update(scratch="/proc/rffm-scratch")),
+        "scratch: /proc is on the kernel's proc filesystem, where no directory can be made or written, "
+        "so /proc/rffm-scratch cannot be created. Fix: set scratch to a directory you can write",
+    ),
+    (  # issue 23: stage_dataset started and failed inside Snakemake ("Failed to create output directory")
+        "results-uncreatable",
+        changed(lambda c: c.update(results="/proc/rffm-results")),
+        "results: /proc is on the kernel's proc filesystem, where no directory can be made or written, "
+        "so /proc/rffm-results cannot be created. Fix: set results to a directory you can write",
+    ),
     ("empty-mapping", lambda workdir: "{}\n", "datasets: missing (required). Fix: add it (see config/REFERENCE.md)"),
 ]
 
@@ -153,6 +165,13 @@ def test_an_unwritable_results_dir_is_refused(tmp_path: Path, read_only_dir: Pat
     (workdir / "config.yaml").write_text(changed(lambda c: c.update(results=str(read_only_dir / "results")))(workdir))
     expected = f"results: {read_only_dir} is not writable, so {read_only_dir}/results cannot be created. "
     refused(workdir, expected + "Fix: set results to a directory you can write")
+
+
+def test_a_read_only_scratch_dir_is_refused(tmp_path: Path, read_only_dir: Path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "config.yaml").write_text(changed(lambda c: c.update(scratch=str(read_only_dir)))(workdir))
+    refused(workdir, f"scratch: {read_only_dir} is not writable. Fix: set scratch to a directory you can write")
 
 
 def test_a_gpu_that_is_not_here_is_refused_by_a_local_run_but_not_by_a_dry_run(tmp_path: Path):

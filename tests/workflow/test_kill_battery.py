@@ -19,6 +19,8 @@ import pytest
 
 from conftest import BIN, REPO, SNAKEFILE, copy_workdir, snakemake
 from rffm.ops.unlock import clear_stale_lock
+from rffm.records import ledger
+from rffm.records.store import PosixStore
 
 pytestmark = pytest.mark.workflow
 RUN = "results/runs/base"
@@ -103,3 +105,38 @@ def test_a_kill_at_any_point_resumes_to_the_same_bytes(finished_workdir: Path, t
     assert [name for name in resumed if resumed[name] != uninterrupted[name]] == []
     left = [p for root in ("results", "scratch") for p in (workdir / root).rglob("*.tmp")]
     assert left == [], left
+    # the ledger entry is as write-once as the uninterrupted run's (a kill between its link and its lock: locked on resume)
+    protections = [[what for _, what in ledger.protections(PosixStore(w / "results"))] for w in (workdir, finished_workdir)]
+    assert protections[0] == protections[1], protections
+
+
+def test_after_a_kill_the_plan_names_rffm_unlock_and_plain_snakemake_resumes(fresh_workdir: Path, finished_workdir: Path):
+    """Issue 23: the next `snakemake` prints the `rffm unlock` line before Snakemake's own lock paragraph; after
+    `rffm unlock` (exit 0: it removed a lock) plain `snakemake` in the checkout resumes without --rerun-incomplete
+    (profiles/default says rerun-incomplete: true)."""
+    from conftest import sigkill_once_started
+
+    # plain `snakemake` in the checkout (cwd: so profiles/default applies), on the work directory
+    command = [str(BIN / "snakemake"), "-s", str(SNAKEFILE), "-d", str(fresh_workdir), "--configfile", str(fresh_workdir / "config.yaml")]
+    command += ["--cores", "2"]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RFFM_PLAIN_PROGRESS": "1"}
+    sigkill_once_started(command, REPO, env, fresh_workdir / "results/logs/train_epoch/base/2.log")
+    assert not (fresh_workdir / f"{RUN}/epochs/2/sentinel.json").exists(), "epoch 2 finished before the kill"
+
+    locked = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    assert locked.returncode != 0
+    line = f"rffm: {fresh_workdir} is locked by a run that was killed"
+    ours, theirs = locked.stderr.find(line), locked.stderr.find("Directory cannot be locked")
+    assert 0 <= ours < theirs, locked.stderr[-3000:]
+    assert f"Fix: `rffm unlock {fresh_workdir}`, then run snakemake again\n" in locked.stderr
+
+    unlocked = subprocess.run([str(BIN / "rffm"), "unlock", str(fresh_workdir)], capture_output=True, text=True)
+    assert unlocked.returncode == 0 and "removed the lock of a killed run" in unlocked.stdout
+    again = subprocess.run([str(BIN / "rffm"), "unlock", str(fresh_workdir)], capture_output=True, text=True)
+    assert again.returncode == 1 and again.stdout.strip().endswith("not locked")
+
+    resumed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "rffm unlock" not in resumed.stderr
+    for name in ("epochs/3/checkpoint.pt", "selection/selection.json", "qualification/metrics.json"):
+        assert (fresh_workdir / RUN / name).read_bytes() == (finished_workdir / RUN / name).read_bytes(), name

@@ -21,11 +21,12 @@ from rffm.records.layout import (
     split_file,
 )
 from rffm.records.store import open_store
-from rffm.ops.unlock import record_owner
 from rffm.data import cache_plan
 from rffm.model.taps import spec_for
 from rffm.model.usercode import user_source
 from rffm.training import sweep
+from rffm.ops.preflight import pinned_image_problem
+from rffm.ops.unlock import lock_line, record_owner
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
 # It also reads the config files (repeated keys) and, where jobs and files are on this machine, checks them.
@@ -42,14 +43,8 @@ shell.prefix(
 
 # The worker image (envs/Dockerfile) every job runs in, pinned by digest; declared as the workflow's container.
 WORKER_IMAGE = os.environ.get("RFFM_WORKER_IMAGE") or None
-if WORKER_IMAGE and not re.fullmatch(
-    r"[^\s@:]+(:[0-9]+)?/[^\s@]+@sha256:[0-9a-f]{64}", WORKER_IMAGE
-):
-    raise WorkflowError(
-        f"RFFM_WORKER_IMAGE={WORKER_IMAGE}: the worker image must be pinned by digest (<image>@sha256:<64 hex>); "
-        "a tag can move, so the jobs of one run could run different code. Fix: export the digest the registry "
-        "printed when you pushed (profiles/README.md, Google Cloud)."
-    )
+if WORKER_IMAGE and (IMAGE_PROBLEM := pinned_image_problem(WORKER_IMAGE)):
+    raise WorkflowError(IMAGE_PROBLEM)
 WORKER_CONTAINER = f"docker://{WORKER_IMAGE}" if WORKER_IMAGE else None
 
 RESULTS = config["results"].rstrip("/")
@@ -628,3 +623,13 @@ def user_code(wildcards):
 if workflow.is_main_process and not workflow.remote_exec:
     if refused := cache_plan.refusals(config, RESULTS, SCRATCH, BUILD_CACHE_DISK):
         raise PlanRefused("rffm: " + "\n  ".join(refused))
+
+
+# ---- while planning: a lock a killed run left (read only; Snakemake's own paragraph follows) ----
+if (
+    workflow.is_main_process
+    and not workflow.remote_exec
+    and not workflow.subprocess_exec
+):
+    if LOCK_LINE := lock_line(os.getcwd()):
+        print(LOCK_LINE, file=sys.stderr)

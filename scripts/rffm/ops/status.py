@@ -19,8 +19,8 @@ from typing import Any
 
 from rffm.errors import IntegrityError
 from rffm.ops.verify import step_problems
-from rffm.records import ledger
-from rffm.records.layout import SENTINEL_NAME, planned_steps, split_file
+from rffm.records import ledger, provenance
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, planned_steps, split_file
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
 from rffm.training.selection import best as best_epoch
@@ -87,6 +87,19 @@ def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> int | Non
         return None  # a damaged ledger shows as a problem of the run's qualification
 
 
+def restored(run_dir: Path, epochs: list[int]) -> list[int]:
+    """Of these epochs, those restored from the memo rather than trained by this run (their provenance says so)."""
+    found = []
+    for epoch in epochs:
+        folder = run_dir / "epochs" / str(epoch)
+        try:
+            if provenance.read(folder / PROVENANCE_NAME, folder / SENTINEL_NAME).get("restored_from"):
+                found.append(epoch)
+        except IntegrityError:
+            continue  # a damaged record shows as a problem of the run
+    return found
+
+
 def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: bool) -> str:
     """pending, training, trained, selected or qualified (training again when more epochs are planned)."""
     if epochs_done == 0:
@@ -135,6 +148,7 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
         "test_accuracy": qualification["accuracy"] if qualification else None,
         "test_macro_f1": qualification["macro_f1"] if qualification else None,
         "test_high_snr": qualification.get("accuracy_high_snr") if qualification else None,
+        "restored_epochs": restored(run_dir, [m["epoch"] for m in epochs]),
         "exposure_count": exposure(run_dir.parent.parent, run_dir, plan.get("dataset")),
         "problems": integrity(run_dir, planned, full),
         "manifest": str(manifest) if qualification and manifest.exists() else None,
@@ -170,7 +184,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     mixed = len(metrics) > 1
     best_header = "best val metric" if mixed else f"best {metrics[0]}"
     header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "artifact", "test acc"]
-    header += [f"acc >={high:g} dB", "macro-F1", "test exposure", "verify" + (" (full)" if full else " (fast)")]
+    header += [f"acc >={high:g} dB", "macro-F1", "test exposure", "restored", "verify" + (" (full)" if full else " (fast)")]
     table = [header]
     for r in rows:
         best = "-" if r["best_value"] is None else f"{_fmt(r['best_value'])} @{r['best_epoch']}"
@@ -188,6 +202,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
                 _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),
                 _fmt(r["test_macro_f1"]),
                 _fmt(r["exposure_count"]),
+                ",".join(map(str, r.get("restored_epochs") or [])) or "-",  # epochs restored from the memo, not trained here
                 f"BROKEN ({len(r['problems'])})" if r["problems"] else "ok",
             ]
         )

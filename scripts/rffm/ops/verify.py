@@ -29,6 +29,7 @@ class Report:
     broken: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    protection: list[str] = field(default_factory=list)  # one line per ledger entry: what keeps it write-once
 
 
 def step_problems(sentinel_path: Path) -> list[str]:
@@ -39,7 +40,8 @@ def step_problems(sentinel_path: Path) -> list[str]:
         record = provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
         named = {problem.split(": ")[0] for problem in problems}  # every problem starts with the file it names
         partial = [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
-        return problems + partial + stored_problems(sentinel_path, body)
+        restored = memo.restored_problems(sentinel_path.parent, record, results_root(sentinel_path))  # its memo entry's bytes
+        return problems + partial + stored_problems(sentinel_path, body) + restored
     except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
         return [str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"]
 
@@ -180,6 +182,7 @@ def verify_tree(results_dir: str | Path, config: dict[str, Any] | None = None, s
                 f"{provenance_path.parent}. Fix: rerun snakemake."
             )
     report.broken += ledger_problems(results) + artifact_problems(results) + memo_problems(results) + launch_problems(results)
+    report.protection = [f"{where}: {what}" for where, what in ledger.protections(PosixStore(results))]
     scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config else None)
     if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch
         records = [f for f in planned_steps(config) if f.startswith("caches/")] if config else list(recorded_caches(results))

@@ -5,6 +5,9 @@ and code the run's selection came from. It is written once by the store itself (
 two submitters racing for the same run and split get exactly one entry). Each entry carries the
 sha256 of its own content, and the qualification sentinel and the run manifest record the digest of
 the entry file, so an edited or deleted entry is named by `rffm verify` and refused by qualify.
+Where the store allows it an entry is also write-once once recorded (Store.lock: an immutable file on
+POSIX, a Locked retention on Cloud Storage), so no job can delete or replace it; verify reports the
+protection of every entry.
 The exposure count of a split is the number of distinct artifacts its entries name.
 """
 
@@ -73,8 +76,15 @@ def claim(store: Store, entry: dict[str, Any]) -> dict[str, Any]:
     if not store.create(key, encode(entry)):
         recorded = read(store, key)
         refuse_other_artifact(recorded, entry["artifact_sha256"], store.where(key))
+        store.lock(key)  # an entry whose writer was killed before it locked it
         return recorded
+    store.lock(key)  # write-once where the store allows it (immutable file, retention): rffm verify reports which
     return entry
+
+
+def protections(store: Store) -> list[tuple[str, str]]:
+    """(address, what protects it) for every ledger entry: `rffm verify` prints one line each."""
+    return [(store.where(key), store.protection(key)) for key in store.list(LEDGER) if key.endswith(".json")]
 
 
 def refuse_other_artifact(recorded: dict[str, Any], artifact_sha256: str, where: str) -> None:
@@ -106,6 +116,7 @@ def recall(
     entry = read(store, key)
     if entry is not None:
         refuse_other_artifact(entry, artifact_sha256, store.where(key))
+        store.lock(key)  # a claim killed after its entry was in place, before it locked it
     return key, entry
 
 

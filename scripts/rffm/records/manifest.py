@@ -130,6 +130,7 @@ def build(
                 for rule, record in steps.items()
             },
             "launch_profile": launch_record,
+            "restored_epochs": restored_epochs(steps.get("train_epoch", {}).get("jobs", [])),
         },
     }
 
@@ -143,3 +144,18 @@ def user_backbone(record: dict[str, Any]) -> dict[str, Any]:
         code = record["user_source"]
         out["package"] = {"name": code["package"], "version": code["version"], "source_sha256": code["sha256"]}
     return out
+
+
+def restored_epochs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epochs restored from the memo instead of trained by this run: the entry, and where it was trained.
+
+    Under `provenance` (a preempted run's manifest differs from an uninterrupted one's only there)."""
+    return [
+        {
+            "epoch": job.get("epoch"),
+            "memo_entry": job["restored_from"],
+            "trained_by": {key: (job.get("computed_by") or {}).get(key) for key in ("executor", "job_id", "host", "device")},
+        }
+        for job in jobs
+        if job.get("restored_from")
+    ]

@@ -12,9 +12,12 @@ damaged entry (sentinel, provenance or file) is never restored: the step compute
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from rffm.errors import IntegrityError
 from rffm.records import provenance
-from rffm.records.files import atomic_write_bytes, sha256_json
+from rffm.records.files import atomic_write_bytes, sha256_file, sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.sentinel import check_record, unseal
 from rffm.records.step import IDENTITY_FIELDS, Step
@@ -70,3 +73,24 @@ def save(store: Store, step: Step, names: tuple[str, ...]) -> str:
         store.create(f"{folder}/{name}", (step.out_dir / name).read_bytes())
     store.create(f"{folder}/{SENTINEL_NAME}", step.sentinel.read_bytes())
     return folder
+
+
+def restored_problems(step_dir: Path, record: dict, results: Path) -> list[str]:
+    """Why a step folder its provenance says was restored from the memo no longer holds that entry's bytes (none when it does).
+
+    The entry is looked up in the results tree by its memo/<rule>/<digest> key (also when it was restored from a bucket
+    the tree is a copy of), else at the address recorded when that is a directory on this machine."""
+    source = record.get("restored_from")
+    if not isinstance(source, str):
+        return []
+    key = source[source.rfind(f"/{MEMO}/") + 1 :] if f"/{MEMO}/" in source else source
+    folder = next((f for f in (Path(results) / key, Path(source)) if (f / SENTINEL_NAME).is_file()), None)
+    if folder is None:
+        return [f"{step_dir / PROVENANCE_NAME}: restored from the memo entry {source}, which is missing (deleted?)"]
+    problems = []
+    names = [SENTINEL_NAME, *sorted(json.loads((step_dir / SENTINEL_NAME).read_bytes()).get("outputs", {}))]
+    for name in names:
+        ours, kept = step_dir / name, folder / name
+        if not ours.is_file() or not kept.is_file() or sha256_file(ours) != sha256_file(kept):
+            problems.append(f"{ours}: differs from the memo entry it was restored from ({kept})")
+    return problems

@@ -11,6 +11,9 @@ upload carries the precondition ifGenerationMatch=0, which the service enforces 
 
 from __future__ import annotations
 
+import fcntl
+import os
+import struct
 from pathlib import Path
 
 from rffm.errors import ConfigError
@@ -46,6 +49,14 @@ class Store:
         """The key's full address, for messages."""
         return f"{self.url.rstrip('/')}/{key}"
 
+    def lock(self, key: str) -> bool:
+        """Make an existing key write-once beyond what create-only gives, where the store allows it; True when it did."""
+        return False
+
+    def protection(self, key: str) -> str:
+        """What keeps the bytes under `key` from being deleted or replaced, in words (for `rffm verify`)."""
+        return "none known"
+
 
 class PosixStore(Store):
     """A directory (the results tree): create-only by link(2)."""
@@ -80,6 +91,53 @@ class PosixStore(Store):
 
     def put(self, key: str, data: bytes) -> None:
         atomic_write_bytes(self.root / key, data)
+
+    def lock(self, key: str) -> bool:
+        """The file immutable (chattr +i): nobody deletes, renames or rewrites it until root clears the flag. Needs
+        CAP_LINUX_IMMUTABLE (root outside a container's default capabilities) and a filesystem with the flag."""
+        return set_immutable(self.root / key, True)
+
+    def protection(self, key: str) -> str:
+        path = self.root / key
+        if inode_flags(path) & FS_IMMUTABLE_FL:
+            return "immutable (chattr +i): no job can delete, rename or rewrite it"
+        if path.stat().st_mode & 0o222 == 0:
+            return "read-only (mode 0444) but not immutable: its owner, or root, can still delete it (concepts.md, the test ledger)"
+        return "WRITABLE: any job can rewrite it (its mode was changed)"
+
+
+# Linux inode flags (linux/fs.h): FS_IOC_GETFLAGS / FS_IOC_SETFLAGS take an int
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_IMMUTABLE_FL = 0x80086601, 0x40086602, 0x00000010
+
+
+def inode_flags(path: Path) -> int:
+    """A file's inode flags (0 where the filesystem or the OS has none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("i", 0)))[0]
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def set_immutable(path: Path, on: bool) -> bool:
+    """Set or clear a file's immutable flag; True when the flag is now as asked (False: not allowed or not supported here)."""
+    flags = inode_flags(path)
+    wanted = flags | FS_IMMUTABLE_FL if on else flags & ~FS_IMMUTABLE_FL
+    if wanted == flags:
+        return bool(flags & FS_IMMUTABLE_FL) == on
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("i", wanted))
+    except OSError:  # EPERM without CAP_LINUX_IMMUTABLE, ENOTTY/EOPNOTSUPP where the filesystem has no such flag
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 class GcsStore(Store):
@@ -126,6 +184,22 @@ class GcsStore(Store):
 
     def put(self, key: str, data: bytes) -> None:
         self.bucket.blob(self._name(key)).upload_from_string(data)
+
+    def protection(self, key: str) -> str:
+        """The object's retention and holds as the service reports them; else only IAM can keep jobs from deleting it."""
+        blob = self.bucket.get_blob(self._name(key))
+        if blob is None:
+            return "missing"
+        if blob.retention.mode:
+            until = blob.retention.retain_until_time.isoformat() if blob.retention.retain_until_time else "?"
+            return f"{blob.retention.mode} retention until {until} (Cloud Storage refuses its deletion until then)"
+        holds = [name for name in ("temporary_hold", "event_based_hold") if getattr(blob, name)]
+        if holds:
+            return f"{' and '.join(holds).replace('_', ' ')}: Cloud Storage refuses its deletion while held"
+        return (
+            "created create-only (ifGenerationMatch=0), no retention or hold: whether a job can delete it is IAM's decision "
+            "(`rffm preflight --profile gcp-batch` checks the VM account's roles; profiles/README.md, Write-once ledger)"
+        )
 
 
 def open_store(url: str | Path) -> Store:

@@ -38,6 +38,11 @@ STYLE = (
 )
 
 
+def restored_epochs(restored: list[dict[str, Any]]) -> str:
+    """Which epochs a run restored (after a preemption, a lost node) and where each was trained."""
+    return "; ".join(f"{r['epoch']} (trained on {r['trained_by'].get('host')}, entry {r['memo_entry']})" for r in restored) or "none"
+
+
 def manifest_html(manifest: dict[str, Any]) -> str:
     """The run manifest as a readable, self-contained HTML page of tables."""
     dataset, backbone, selection = manifest["dataset"], manifest["backbone"], manifest["selection"]
@@ -59,6 +64,7 @@ def manifest_html(manifest: dict[str, Any]) -> str:
         ["source revision", f"{prov.get('source_revision')} (dirty: {prov.get('dirty')})"],
         ["versions", ", ".join(f"{k} {v}" for k, v in sorted(prov.get("versions", {}).items()))],
         ["launch profile", prov.get("launch_profile", {}).get("path")],
+        ["epochs restored from the memo (not trained by this run)", restored_epochs(prov.get("restored_epochs") or [])],
     ]
     epochs = manifest["training"]["epochs"]
     columns = ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")
