@@ -172,6 +172,15 @@ def plot_comparison(args: argparse.Namespace) -> None:
     plot_comparison.run(args.results_dir, args.runs, args.out_dir)
 
 
+def export(args: argparse.Namespace) -> None:
+    _torch(args)
+    from rffm.steps import export as step
+
+    dirs = (args.qualification_dir, args.selection_dir, args.dataset_dir, args.backbone_dir)
+    sentinel = step.run(args.spec, *dirs, args.out_dir, store=args.store)
+    print(f"exported classifier: {Path(sentinel).parent / step.CARD}")
+
+
 # ---- everyday commands ----
 
 
@@ -403,6 +412,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
     store_option(sub)
     verb(plot_cache_lifecycle, "Plot a profiled run's cache lifecycle summary.", "", False, "--run", "--summary", "--out-dir")
+    text = "Export the qualified classifier (.pt2, ONNX, safetensors, model card), checked on the validation split."
+    sub = verb(export, text, "runs", True, "--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--out-dir")
+    store_option(sub)
 
     text = "Floor (random backbone) | frozen backbone | end-to-end reference: test accuracy, high-SNR accuracy, macro-F1, wall time."
     sub = verb(compare, text)
