@@ -252,6 +252,23 @@ def unlock(args: argparse.Namespace) -> int:
     return 0
 
 
+def predict(args: argparse.Namespace) -> int:
+    from rffm.ops.predict import predict as classify
+    from rffm.ops.predict import render, summary
+
+    result = classify(
+        args.model, args.input, top_k=args.top_k, batch_size=args.batch_size, stride=args.stride, allow_test=args.i_know_this_is_test
+    )
+    fmt = args.format or ("json" if args.out and args.out.endswith(".json") else "csv")
+    if args.out:
+        Path(args.out).write_text(render(result, fmt))
+        print(f"{summary(result)} -> {args.out}")
+    else:
+        sys.stdout.write(render(result, fmt))
+        print(summary(result), file=sys.stderr)
+    return 0
+
+
 def install_profiles(args: argparse.Namespace) -> int:
     from rffm.ops.profiles import CHECKOUT
     from rffm.ops.profiles import install_profiles as install
@@ -434,6 +451,15 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
     sub = verb(unlock, "Remove the Snakemake lock of a run that was killed (never the lock of a live one).")
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
+    sub = verb(predict, "Classify a SigMF recording, an HDF5 split or a RadioML file with an exported classifier (.pt2).")
+    sub.add_argument("model", help="an export folder (results/runs/<run>/export) or its model.pt2")
+    sub.add_argument("input", help="a .sigmf-meta/.sigmf-data recording, an HDF5 split (iq [N, 2, L]) or a RadioML file")
+    sub.add_argument("--out", help="write the rows here (.csv or .json; default: CSV on stdout)")
+    sub.add_argument("--format", choices=["csv", "json"], help="output format (default: by --out's suffix, else csv)")
+    sub.add_argument("--top-k", type=int, default=3, help="classes (with probabilities) per window (default: 3)")
+    sub.add_argument("--batch-size", type=int, default=256, help="windows per program call (default: 256)")
+    sub.add_argument("--stride", type=int, help="SigMF: samples between window starts (default: the model's input length)")
+    sub.add_argument("--i-know-this-is-test", action="store_true", help="read a staged test split anyway (it belongs to qualification)")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")

@@ -575,6 +575,7 @@ def export_inputs(wildcards):
         "dataset": dataset_file(dataset, "sentinel.json"),
         "files": ancient(
             [
+                run_file(wildcards.run, "qualification/run_manifest.json"),
                 run_file(wildcards.run, "selection/selection.json"),
                 run_file(wildcards.run, "selection/model_card.json"),
                 backbone_file(backbone, "backbone.pt"),

@@ -12,6 +12,7 @@ clean runs write the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from pathlib import Path
@@ -179,7 +180,8 @@ def check(dataset_dir: Path, module: nn.Module, program: Path, onnx_file: Path, 
         "split": "val",
         "examples": int(len(labels)),
         "rffm_accuracy": float((reference.argmax(axis=1) == labels).mean()),
-        "selection_recorded_accuracy": recorded,
+        "selection_recorded_accuracy": recorded,  # train_epoch's, from the cache: equal on CPU (a GPU cache is BF16 autocast)
+        "rffm_matches_selection": recorded is not None and abs(float((reference.argmax(axis=1) == labels).mean()) - recorded) < 1e-12,
         "pt2": agreement(reference, pt2, labels),
         "onnx": {**agreement(reference, onnx, labels), "logit_tolerance": ONNX_LOGIT_TOLERANCE},
         "device": "cpu",
@@ -224,7 +226,7 @@ def run(
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
         out_dir = step.out_dir
         results = open_store(store or out_dir.parents[2])
-        qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME)
+        qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, ["run_manifest.json"])
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])  # never the test split
@@ -232,6 +234,8 @@ def run(
         selection = chosen["selection"]
         with h5py.File(dataset_dir / split_file("val"), "r") as handle:
             rate, origin = (decode(handle.attrs.get(name)) for name in ("sample_rate", "source"))
+        with contextlib.suppress(TypeError, ValueError):
+            origin = json.loads(origin)
         signature = {
             "format": "rffm-classifier/1",
             "classes": blob["classes"],
@@ -242,7 +246,8 @@ def run(
         save_program(torch_program(module, blob["length"]), out_dir / PROGRAM, signature)
         atomic_write_bytes(out_dir / ONNX, onnx_bytes(module, blob["length"]))
         atomic_write_bytes(out_dir / WEIGHTS, weights_bytes(module, {"format": signature["format"], "classes": json.dumps(blob["classes"])}))
-        figures = check(dataset_dir, module, out_dir / PROGRAM, out_dir / ONNX, selection["value"] if selection["metric"] == "accuracy" else None)
+        recorded = recorded_val_accuracy(qualification_dir / "run_manifest.json", selection["epoch"])
+        figures = check(dataset_dir, module, out_dir / PROGRAM, out_dir / ONNX, recorded)
         files = publish(results, out_dir, [PROGRAM, ONNX, WEIGHTS])
         card = {
             **signature,
@@ -261,6 +266,12 @@ def run(
             step.output(name)
         step.facts.update({"backbone_fingerprint": weights["backbone"]["fingerprint"], "exported": files, "validation_check": figures})
     return step.sentinel
+
+
+def recorded_val_accuracy(manifest: Path, epoch: int) -> float | None:
+    """The validation accuracy train_epoch recorded for the selected epoch (the manifest lists every epoch's)."""
+    epochs = json.loads(manifest.read_text())["training"]["epochs"]
+    return next((e.get("val_accuracy") for e in epochs if e["epoch"] == epoch), None)
 
 
 def decode(value: Any) -> Any:
