@@ -56,7 +56,8 @@ def load_model(model: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         program = torch.export.load(path, extra_files=extra)
         signature = json.loads(extra[SIGNATURE])
     except Exception as error:  # a damaged or foreign archive: one line
-        raise DataError(f"{path}: not an rffm exported classifier ({type(error).__name__}). Fix: point at the model.pt2 export writes.") from None
+        kind = type(error).__name__
+        raise DataError(f"{path}: not an rffm exported classifier ({kind}). Fix: point at the model.pt2 that export writes.") from None
     return program.module(), signature
 
 
@@ -73,7 +74,9 @@ def hdf5_windows(path: Path, length: int, classes: list[str], allow_test: bool) 
         return source_windows(path, "radioml2018", length, classes)
     if "iq" not in handle:
         handle.close()
-        raise DataError(f"{path}: HDF5 without 'iq' (canonical) or 'X'/'Y' (RML2018). Fix: pass a staged split, an RML2018 file or a SigMF recording.")
+        raise DataError(
+            f"{path}: HDF5 without 'iq' (canonical) or 'X'/'Y' (RML2018). Fix: pass a staged split, an RML2018 file or a SigMF recording."
+        )
     split = handle.attrs.get("split")
     split = split.decode() if isinstance(split, bytes) else split
     if split == "test" and not allow_test:
@@ -102,7 +105,9 @@ def source_windows(path: Path, kind: str, length: int, classes: list[str]) -> Wi
     reader = (Rml2018Source if kind == "radioml2018" else Rml2016Source)({"name": "predict", kind: {"path": str(path)}}, Path(scratch.name))
     if reader.length != length:
         reader.close()
-        raise DataError(f"{path}: examples of {reader.length} samples, the model reads {length}. Fix: use a model exported for length {reader.length}.")
+        raise DataError(
+            f"{path}: examples of {reader.length} samples, the model reads {length}. Fix: use a model exported for length {reader.length}."
+        )
     raw, _ = reader.index()
     labels = class_indices(reader.classes, classes)[raw]
     return Windows(len(raw), lambda a, b: reader.read(np.arange(a, b)), labels, reader.locate, str(path), [reader, scratch])
@@ -116,7 +121,8 @@ def sigmf_windows(path: Path, length: int, classes: list[str], stride: int) -> W
     try:
         recording = sigmf.sigmffile.fromfile(str(meta))
     except Exception as error:
-        raise DataError(f"{meta}: not a readable SigMF recording ({type(error).__name__}: {error}). Fix: pass the .sigmf-meta of a pair.") from None
+        problem = f"{type(error).__name__}: {error}"
+        raise DataError(f"{meta}: not a readable SigMF recording ({problem}). Fix: pass the .sigmf-meta of a pair.") from None
     total = int(recording.sample_count)
     starts = np.arange(0, max(0, total - length) + 1, stride, dtype=np.int64) if total >= length else np.empty(0, np.int64)
     if not len(starts):

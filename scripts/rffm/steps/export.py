@@ -229,7 +229,7 @@ def run(
         qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, ["run_manifest.json"])
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
-        dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])  # never the test split
+        dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])["dataset"]  # never the test split
         module, blob = classifier_module(backbone_dir, results, chosen["artifact"])
         selection = chosen["selection"]
         with h5py.File(dataset_dir / split_file("val"), "r") as handle:
@@ -245,14 +245,15 @@ def run(
         }
         save_program(torch_program(module, blob["length"]), out_dir / PROGRAM, signature)
         atomic_write_bytes(out_dir / ONNX, onnx_bytes(module, blob["length"]))
-        atomic_write_bytes(out_dir / WEIGHTS, weights_bytes(module, {"format": signature["format"], "classes": json.dumps(blob["classes"])}))
+        tags = {"format": signature["format"], "classes": json.dumps(blob["classes"])}
+        atomic_write_bytes(out_dir / WEIGHTS, weights_bytes(module, tags))
         recorded = recorded_val_accuracy(qualification_dir / "run_manifest.json", selection["epoch"])
         figures = check(dataset_dir, module, out_dir / PROGRAM, out_dir / ONNX, recorded)
         files = publish(results, out_dir, [PROGRAM, ONNX, WEIGHTS])
         card = {
             **signature,
             "run": spec["run"],
-            "dataset": {"name": spec["dataset"], "source": origin, "sentinel_sha256": step.inputs["dataset"]["sha256"]},
+            "dataset": {"name": dataset["name"], "source": origin, "sentinel_sha256": step.inputs["dataset"]["sha256"]},
             "backbone": {"name": spec["backbone"], "fingerprint": weights["backbone"]["fingerprint"]},
             "artifact": {"key": chosen["artifact"]["key"], "sha256": selection["artifact_sha256"]},
             "head_config": blob["head_config"],
