@@ -269,6 +269,25 @@ def predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def vertex_job(args: argparse.Namespace) -> int:
+    from rffm.ops import vertex
+
+    body = vertex.custom_job(
+        image=args.image,
+        config=args.config,
+        output_uri=args.output,
+        display_name=args.display_name,
+        strategy=args.strategy,
+        timeout_hours=args.timeout_hours,
+        boot_disk_gb=args.boot_disk_gb,
+        procedure=args.procedure,
+        max_wait_hours=args.max_wait_hours,
+        service_account=args.service_account,
+    )
+    print(f"Vertex AI CustomJob request (checked against aiplatform_v1.CustomJob): {vertex.write(body, args.out)}")
+    return 0
+
+
 def install_profiles(args: argparse.Namespace) -> int:
     from rffm.ops.profiles import CHECKOUT
     from rffm.ops.profiles import install_profiles as install
@@ -460,6 +479,20 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--batch-size", type=int, default=256, help="windows per program call (default: 256)")
     sub.add_argument("--stride", type=int, help="SigMF: samples between window starts (default: the model's input length)")
     sub.add_argument("--i-know-this-is-test", action="store_true", help="read a staged test split anyway (it belongs to qualification)")
+    text = "Write a Vertex AI CustomJob request (one g2-standard-8 + L4 worker running `rffm posttrain`), checked offline."
+    sub = verbs.add_parser("vertex-job", help=text, description=text)
+    sub.set_defaults(func=vertex_job)
+    sub.add_argument("--image", required=True, help="the worker image, pinned by digest: <image>@sha256:<64 hex>")
+    sub.add_argument("--config", required=True, help="the workflow config as the worker sees it (e.g. /gcs/<bucket>/rffm/config.yaml)")
+    sub.add_argument("--output", required=True, help="base output directory gs://<bucket>/<prefix> (sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR)")
+    sub.add_argument("--out", default="vertex-job.json", help="where to write the request (default: vertex-job.json)")
+    sub.add_argument("--display-name", default="rffm-posttrain")
+    sub.add_argument("--strategy", default="SPOT", choices=["SPOT", "FLEX_START", "STANDARD"], help="scheduling.strategy (default: SPOT)")
+    sub.add_argument("--timeout-hours", type=float, default=24.0, help="scheduling.timeout (default: 24)")
+    sub.add_argument("--max-wait-hours", type=float, help="FLEX_START: how long to wait for the GPU (default: 24)")
+    sub.add_argument("--boot-disk-gb", type=int, default=500, help="pd-ssd boot disk holding the hidden-state cache (default: 500)")
+    sub.add_argument("--procedure", choices=["validation_selection", "final_qualification"], default="final_qualification")
+    sub.add_argument("--service-account", help="the service account the job runs as")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
