@@ -484,7 +484,7 @@ def parser() -> argparse.ArgumentParser:
     sub.set_defaults(func=vertex_job)
     sub.add_argument("--image", required=True, help="the worker image, pinned by digest: <image>@sha256:<64 hex>")
     sub.add_argument("--config", required=True, help="the workflow config as the worker sees it (e.g. /gcs/<bucket>/rffm/config.yaml)")
-    sub.add_argument("--output", required=True, help="base output directory gs://<bucket>/<prefix> (sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR)")
+    sub.add_argument("--output", required=True, help="base output directory gs://<bucket>/<prefix> (AIP_MODEL_DIR, AIP_CHECKPOINT_DIR)")
     sub.add_argument("--out", default="vertex-job.json", help="where to write the request (default: vertex-job.json)")
     sub.add_argument("--display-name", default="rffm-posttrain")
     sub.add_argument("--strategy", default="SPOT", choices=["SPOT", "FLEX_START", "STANDARD"], help="scheduling.strategy (default: SPOT)")

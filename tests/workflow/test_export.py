@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rfdata
 
-from conftest import BIN, copy_workdir, planned_jobs, snakemake
+import rfdata
+from conftest import BIN, planned_jobs, snakemake
 from rffm.ops.predict import predict
 from rffm.records.files import sha256_file
 
