@@ -288,6 +288,14 @@ def vertex_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def mlflow(args: argparse.Namespace) -> int:
+    from rffm.ops.tracking import log_results
+
+    for run, what in log_results(args.results_dir, args.tracking_uri, args.experiment).items():
+        print(f"{run}: {what}")
+    return 0
+
+
 def install_profiles(args: argparse.Namespace) -> int:
     from rffm.ops.profiles import CHECKOUT
     from rffm.ops.profiles import install_profiles as install
@@ -493,6 +501,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--boot-disk-gb", type=int, default=500, help="pd-ssd boot disk holding the hidden-state cache (default: 500)")
     sub.add_argument("--procedure", choices=["validation_selection", "final_qualification"], default="final_qualification")
     sub.add_argument("--service-account", help="the service account the job runs as")
+    text = "Log every qualified run (params, epoch metrics, test result, figures, exported model) to MLflow, once."
+    sub = verb(mlflow, text)
+    sub.add_argument("results_dir", nargs="?", default="results")
+    sub.add_argument("--tracking-uri", help="MLflow tracking URI (default: the file store mlruns/ beside RESULTS_DIR)")
+    sub.add_argument("--experiment", default="rffm", help="MLflow experiment name (default: rffm)")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
