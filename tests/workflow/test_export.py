@@ -103,7 +103,7 @@ def test_verify_covers_the_export_and_its_published_copies(workdir: Path):
     done = rffm("verify", "results", "--config", "config.yaml", cwd=workdir)
     assert done.returncode == 1
     assert f"BROKEN {stored}: its sha256 is not the one its name promises" in done.stdout
-    assert f"BROKEN {stored}: the published copy of the exported model.onnx differs" in done.stdout
+    assert f"BROKEN {workdir.resolve() / stored}: the published copy of the exported model.onnx differs" in done.stdout
     assert f"BROKEN {EXPORT / 'weights.safetensors'}: size 11 bytes, recorded" in done.stdout
 
 

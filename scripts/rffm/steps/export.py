@@ -245,7 +245,8 @@ def run(
         }
         save_program(torch_program(module, blob["length"]), out_dir / PROGRAM, signature)
         atomic_write_bytes(out_dir / ONNX, onnx_bytes(module, blob["length"]))
-        tags = {"format": signature["format"], "classes": json.dumps(blob["classes"])}
+        # one metadata key: safetensors keeps metadata in a hash map, so several keys come out in a per-process order
+        tags = {"rffm": canonical_json({"format": signature["format"], "classes": blob["classes"]})}
         atomic_write_bytes(out_dir / WEIGHTS, weights_bytes(module, tags))
         recorded = recorded_val_accuracy(qualification_dir / "run_manifest.json", selection["epoch"])
         figures = check(dataset_dir, module, out_dir / PROGRAM, out_dir / ONNX, recorded)
