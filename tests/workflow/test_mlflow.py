@@ -44,6 +44,7 @@ def test_runs_metrics_and_the_model_appear_once(workdir: Path):
     assert files_under(store) == before  # nothing new: no run, metric, artifact or model
 
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(store.as_uri())  # models:/ URIs resolve against the current tracking store
     client = mlflow.MlflowClient(tracking_uri=store.as_uri())
     [run] = client.search_runs([client.get_experiment_by_name("rffm").experiment_id])
     manifest = json.loads((workdir / "results/runs/base/qualification/run_manifest.json").read_text())
@@ -61,5 +62,6 @@ def test_runs_metrics_and_the_model_appear_once(workdir: Path):
     [model] = client.search_logged_models([run.info.experiment_id])
     assert model.source_run_id == run.info.run_id
     info = mlflow.models.get_model_info(f"models:/{model.model_id}")
-    assert info.signature.inputs.to_dict() == [{"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 2, 64]}, "name": "iq"}]
-    assert info.signature.outputs.inputs[0].shape == (-1, 4)
+    [iq], [logits] = info.signature.inputs.inputs, info.signature.outputs.inputs
+    assert (iq.name, str(iq.type), iq.shape) == ("iq", "float32", (-1, 2, 64))
+    assert (logits.name, str(logits.type), logits.shape) == ("logits", "float32", (-1, 4))
