@@ -171,3 +171,17 @@ def test_predict_on_a_sigmf_recording(finished_workdir: Path, tmp_path: Path):
     assert len(rows) == result["windows"]
     assert [float(r["probability_1"]) for r in rows] == pytest.approx([r["top"][0][1] for r in result["rows"]], abs=1e-6)
     assert np.isclose(sum(r["label"] == r["class_1"] for r in rows if r["label"]) / result["labelled"], result["accuracy"])
+
+
+def test_posttrain_hands_the_export_to_the_model_directory(finished_workdir: Path, tmp_path: Path):
+    """Vertex AI: AIP_MODEL_DIR/export/ is the artifact URI a Model Registry upload names (profiles/README.md)."""
+    from rffm.ops.posttrain import export_model
+
+    run_dir = finished_workdir / "results/runs/base"
+    written = export_model(finished_workdir / "results", run_dir, tmp_path / "model", "final_qualification")
+    assert sorted(p.name for p in (tmp_path / "model/export").iterdir()) == sorted(FILES)
+    assert {p.relative_to(tmp_path / "model").as_posix() for p in written} >= {f"export/{name}" for name in FILES}
+    for name in FILES:
+        assert (tmp_path / "model/export" / name).read_bytes() == (run_dir / "export" / name).read_bytes()
+    selection_only = export_model(finished_workdir / "results", run_dir, tmp_path / "early", "validation_selection")
+    assert not [p for p in selection_only if "export" in p.parts]
