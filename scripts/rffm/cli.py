@@ -174,6 +174,15 @@ def plot_comparison(args: argparse.Namespace) -> None:
     plot_comparison.run(args.results_dir, args.runs, args.out_dir)
 
 
+def export(args: argparse.Namespace) -> None:
+    _torch(args)
+    from rffm.steps import export as step
+
+    dirs = (args.qualification_dir, args.selection_dir, args.dataset_dir, args.backbone_dir)
+    sentinel = step.run(args.spec, *dirs, args.out_dir, store=args.store)
+    print(f"exported classifier: {Path(sentinel).parent / step.CARD}")
+
+
 # ---- everyday commands ----
 
 
@@ -246,6 +255,50 @@ def unlock(args: argparse.Namespace) -> int:
     status, message = clear(args.directory)
     print(message)
     return status  # 0: a dead run's lock removed; 1: not locked; 3: a lock left alone (live, or not judged here)
+
+
+def predict(args: argparse.Namespace) -> int:
+    from rffm.ops.predict import predict as classify
+    from rffm.ops.predict import render, summary
+
+    result = classify(
+        args.model, args.input, top_k=args.top_k, batch_size=args.batch_size, stride=args.stride, allow_test=args.i_know_this_is_test
+    )
+    fmt = args.format or ("json" if args.out and args.out.endswith(".json") else "csv")
+    if args.out:
+        Path(args.out).write_text(render(result, fmt))
+        print(f"{summary(result)} -> {args.out}")
+    else:
+        sys.stdout.write(render(result, fmt))
+        print(summary(result), file=sys.stderr)
+    return 0
+
+
+def vertex_job(args: argparse.Namespace) -> int:
+    from rffm.ops import vertex
+
+    body = vertex.custom_job(
+        image=args.image,
+        config=args.config,
+        output_uri=args.output,
+        display_name=args.display_name,
+        strategy=args.strategy,
+        timeout_hours=args.timeout_hours,
+        boot_disk_gb=args.boot_disk_gb,
+        procedure=args.procedure,
+        max_wait_hours=args.max_wait_hours,
+        service_account=args.service_account,
+    )
+    print(f"Vertex AI CustomJob request (checked against aiplatform_v1.CustomJob): {vertex.write(body, args.out)}")
+    return 0
+
+
+def mlflow(args: argparse.Namespace) -> int:
+    from rffm.ops.tracking import log_results
+
+    for run, what in log_results(args.results_dir, args.tracking_uri, args.experiment).items():
+        print(f"{run}: {what}")
+    return 0
 
 
 def install_profiles(args: argparse.Namespace) -> int:
@@ -431,6 +484,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--epoch-dirs", nargs="+", required=True)
     store_option(sub)
     verb(plot_cache_lifecycle, "Plot a profiled run's cache lifecycle summary.", "", False, "--run", "--summary", "--out-dir")
+    text = "Export the qualified classifier (.pt2, ONNX, safetensors, model card), checked on the validation split."
+    sub = verb(export, text, "runs", True, "--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--out-dir")
+    store_option(sub)
 
     text = "Floor (random backbone) | frozen backbone | end-to-end reference: test accuracy, high-SNR accuracy, macro-F1, wall time."
     sub = verb(compare, text)
@@ -451,6 +507,34 @@ def parser() -> argparse.ArgumentParser:
     text = "Remove the Snakemake lock of a run that was killed (never the lock of a live one); exit 0 removed, 1 not locked, 3 left alone."
     sub = verb(unlock, text)
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
+    sub = verb(predict, "Classify a SigMF recording, an HDF5 split or a RadioML file with an exported classifier (.pt2).")
+    sub.add_argument("model", help="an export folder (results/runs/<run>/export) or its model.pt2")
+    sub.add_argument("input", help="a .sigmf-meta/.sigmf-data recording, an HDF5 split (iq [N, 2, L]) or a RadioML file")
+    sub.add_argument("--out", help="write the rows here (.csv or .json; default: CSV on stdout)")
+    sub.add_argument("--format", choices=["csv", "json"], help="output format (default: by --out's suffix, else csv)")
+    sub.add_argument("--top-k", type=int, default=3, help="classes (with probabilities) per window (default: 3)")
+    sub.add_argument("--batch-size", type=int, default=256, help="windows per program call (default: 256)")
+    sub.add_argument("--stride", type=int, help="SigMF: samples between window starts (default: the model's input length)")
+    sub.add_argument("--i-know-this-is-test", action="store_true", help="read a staged test split anyway (it belongs to qualification)")
+    text = "Write a Vertex AI CustomJob request (one g2-standard-8 + L4 worker running `rffm posttrain`), checked offline."
+    sub = verbs.add_parser("vertex-job", help=text, description=text)
+    sub.set_defaults(func=vertex_job)
+    sub.add_argument("--image", required=True, help="the worker image, pinned by digest: <image>@sha256:<64 hex>")
+    sub.add_argument("--config", required=True, help="the workflow config as the worker sees it (e.g. /gcs/<bucket>/rffm/config.yaml)")
+    sub.add_argument("--output", required=True, help="base output directory gs://<bucket>/<prefix> (AIP_MODEL_DIR, AIP_CHECKPOINT_DIR)")
+    sub.add_argument("--out", default="vertex-job.json", help="where to write the request (default: vertex-job.json)")
+    sub.add_argument("--display-name", default="rffm-posttrain")
+    sub.add_argument("--strategy", default="SPOT", choices=["SPOT", "FLEX_START", "STANDARD"], help="scheduling.strategy (default: SPOT)")
+    sub.add_argument("--timeout-hours", type=float, default=24.0, help="scheduling.timeout (default: 24)")
+    sub.add_argument("--max-wait-hours", type=float, help="FLEX_START: how long to wait for the GPU (default: 24)")
+    sub.add_argument("--boot-disk-gb", type=int, default=500, help="pd-ssd boot disk holding the hidden-state cache (default: 500)")
+    sub.add_argument("--procedure", choices=["validation_selection", "final_qualification"], default="final_qualification")
+    sub.add_argument("--service-account", help="the service account the job runs as")
+    text = "Log every qualified run (params, epoch metrics, test result, figures, exported model) to MLflow, once."
+    sub = verb(mlflow, text)
+    sub.add_argument("results_dir", nargs="?", default="results")
+    sub.add_argument("--tracking-uri", help="MLflow tracking URI (default: the file store mlruns/ beside RESULTS_DIR)")
+    sub.add_argument("--experiment", default="rffm", help="MLflow experiment name (default: rffm)")
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")

@@ -128,7 +128,8 @@ def test_profile_runs_the_workflow_end_to_end_through_the_bucket(batch_run, emul
 
 def test_gpu_steps_get_an_l4_with_driver_and_cpu_steps_a_small_machine(batch_run):
     jobs = batch_run["jobs"]
-    assert set(jobs) == {"stage-dataset", "pretrain-backbone", "train-base-build-cache-train-epoch", "select-checkpoint", "qualify"}
+    expected = {"stage-dataset", "pretrain-backbone", "train-base-build-cache-train-epoch", "select-checkpoint", "qualify", "export"}
+    assert set(jobs) == expected
     gpu = {"pretrain-backbone", "train-base-build-cache-train-epoch", "qualify"}
     for rule, job in jobs.items():
         policy = instance(job)

@@ -22,7 +22,7 @@ TINY_JOBS = sorted(
     ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
     + [f"train_epoch[run=base, epoch={e}]" for e in (1, 2, 3)]
     + ["select_checkpoint[run=base]", "qualify[run=base]", "plot_training[run=base]", "summarize_manifest[run=base]"]
-    + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]"]
+    + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]", "export[run=base]"]
 )
 RECIPE = ("--configfile", "config/examples/tiny.yaml", "--replace-workflow-config", "-n")
 

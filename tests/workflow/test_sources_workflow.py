@@ -92,4 +92,5 @@ def test_every_real_layout_runs_through_qualification(tmp_path: Path):
         ["stage_dataset[dataset=mine]", "build_cache[dataset=mine, backbone=b128]", "train_epoch[run=mine, epoch=1]"]
         + ["select_checkpoint[run=mine]", "qualify[run=mine]"]
         + ["plot_training[run=mine]", "summarize_manifest[run=mine]"]  # report figures
+        + ["export[run=mine]"]
     )

@@ -20,6 +20,7 @@ EVERY_JOB = sorted(
     + EPOCHS
     + ["select_checkpoint[run=base]", "qualify[run=base]"]
     + ["plot_training[run=base]", "summarize_manifest[run=base]"]  # report figures (rules/report.smk)
+    + ["export[run=base]"]  # the deployable classifier (rules/export.smk)
     + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]"]  # the tiny run is profiled
 )
 
@@ -58,7 +59,7 @@ def test_more_epochs_run_only_the_new_ones(workdir: Path):
     assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]", "plot_training[run=base]"])
 
 
-UP_TO_SELECTION = sorted(job for job in EVERY_JOB if not job.startswith(("qualify", "summarize_manifest", "plot_cache")))
+UP_TO_SELECTION = sorted(job for job in EVERY_JOB if not job.startswith(("qualify", "summarize_manifest", "plot_cache", "export")))
 
 
 def test_staging_seed_change_reruns_everything(workdir: Path):

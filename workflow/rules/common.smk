@@ -65,6 +65,7 @@ STEPS = (
     "train_reference",
     "qualify_reference",
     "plot_comparison",
+    "export",
 )
 # A tracked param per step: the digest of its rffm.steps module and what that imports, so an edit reruns it.
 CODE = {rule: code_digest(f"steps.{rule}") for rule in STEPS}
@@ -580,6 +581,41 @@ def comparison_inputs(wildcards):
         ),
         "timings": ancient(timings),
     }
+
+
+# ---- the exported classifier (rules/export.smk) ----
+
+
+def export_inputs(wildcards):
+    """The qualification (its test result, never the test split), the selected head, the backbone and the val split."""
+    cfg = run_config(wildcards.run)
+    dataset, backbone = cfg["dataset"], cfg["backbone"]
+    return {
+        "qualification": run_file(wildcards.run, "qualification/sentinel.json"),
+        "selection": run_file(wildcards.run, "selection/sentinel.json"),
+        "backbone": backbone_file(backbone, "sentinel.json"),
+        "dataset": dataset_file(dataset, "sentinel.json"),
+        "files": ancient(
+            [
+                run_file(wildcards.run, "qualification/run_manifest.json"),
+                run_file(wildcards.run, "selection/selection.json"),
+                run_file(wildcards.run, "selection/model_card.json"),
+                backbone_file(backbone, "backbone.pt"),
+                dataset_file(dataset, split_file("val")),
+            ]
+        ),
+    }
+
+
+def export_dirs(wildcards, input):
+    return {
+        name: os.path.dirname(getattr(input, name))
+        for name in ("qualification", "selection", "backbone", "dataset")
+    }
+
+
+def all_exports():
+    return [run_file(run, "export/sentinel.json") for run in config["runs"]]
 
 
 # ---- when the workflow starts executing (never on -n or --lint) ----

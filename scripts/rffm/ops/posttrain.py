@@ -78,6 +78,10 @@ def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> 
     if procedure == "final_qualification":
         files["run_manifest.json"] = (run_dir / "qualification" / "run_manifest.json", 0o644)
         files["qualification_metrics.json"] = (run_dir / "qualification" / "metrics.json", 0o644)
+        # the deployable classifier (rules/export.smk) in its own folder: the artifact URI a Model Registry upload names
+        for name in ("model.pt2", "model.onnx", "weights.safetensors", "model_card.json"):
+            if (run_dir / "export" / name).is_file():
+                files[f"export/{name}"] = (run_dir / "export" / name, 0o444)
     written = []
     for name, (source, mode) in files.items():
         atomic_write_bytes(target / name, source.read_bytes(), mode=mode)

@@ -16,7 +16,7 @@ from rffm.data import cache
 from rffm.errors import IntegrityError
 from rffm.records import ledger, memo, provenance
 from rffm.records.files import sha256_file
-from rffm.records.layout import ARTIFACTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
+from rffm.records.layout import ARTIFACTS, EXPORTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
 from rffm.records.store import PosixStore
 
@@ -57,6 +57,12 @@ def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
                 problems.append(f"{stored}: {what} is missing (deleted?); {sentinel_path} records it")
             elif sha256_file(stored) != body[key]["sha256"]:
                 problems.append(f"{stored}: {what} differs from the one {sentinel_path} recorded (edited or damaged?)")
+    for name, record in sorted((body.get("exported") or {}).items()):  # steps/export.py: each file's published copy
+        stored = results / record["key"]
+        if not stored.exists():
+            problems.append(f"{stored}: the published copy of the exported {name} is missing (deleted?); {sentinel_path} records it")
+        elif sha256_file(stored) != record["sha256"]:
+            problems.append(f"{stored}: the published copy of the exported {name} differs from the one {sentinel_path} recorded")
     return problems
 
 
@@ -87,6 +93,15 @@ def artifact_problems(results: Path) -> list[str]:
         if sha256_file(path) != path.name.removeprefix("sha256-").removesuffix(".pt"):
             problems.append(f"{path}: its sha256 is not the one its name promises")
     return problems
+
+
+def export_problems(results: Path) -> list[str]:
+    """Published exported files (exports/sha256-<hex>.<kind>) whose bytes do not match the sha256 their name promises."""
+    return [
+        f"{path}: its sha256 is not the one its name promises"
+        for path in sorted((results / EXPORTS).glob("sha256-*"))
+        if path.is_file() and not path.name.endswith(".tmp") and sha256_file(path) != path.name.removeprefix("sha256-").split(".")[0]
+    ]
 
 
 def memo_problems(results: Path) -> list[str]:
@@ -182,6 +197,7 @@ def verify_tree(results_dir: str | Path, config: dict[str, Any] | None = None, s
                 f"{provenance_path.parent}. Fix: rerun snakemake."
             )
     report.broken += ledger_problems(results) + artifact_problems(results) + memo_problems(results) + launch_problems(results)
+    report.broken += export_problems(results)
     report.protection = [f"{where}: {what}" for where, what in ledger.protections(PosixStore(results))]
     scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config else None)
     if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch

@@ -53,8 +53,16 @@ def artifact_name(sha256: str) -> str:
     return f"sha256-{sha256}.pt"
 
 
+EXPORTS = "exports"  # the results store's folder of exported classifiers' files, by content
+
+
+def export_name(sha256: str, suffix: str) -> str:
+    """An exported file's key in the results store: its content address, keeping its kind (.pt2, .onnx, .safetensors)."""
+    return f"{EXPORTS}/sha256-{sha256}{suffix}"
+
+
 # Folders of the results store that hold records, never rule outputs: kept whatever the config says.
-KEPT = ("ledger", ARTIFACTS, "memo")
+KEPT = ("ledger", ARTIFACTS, "memo", EXPORTS)
 
 
 def planned_steps(config: dict) -> set[str]:
@@ -68,6 +76,7 @@ def planned_steps(config: dict) -> set[str]:
             folders.add(dataset_folder(spec["dataset"]))
         folders |= {f"{run_folder(name)}/epochs/{epoch}" for epoch in range(1, run["train"]["epochs"] + 1)}
         folders |= {f"{run_folder(name)}/{step}" for step in ("selection", "qualification", "report/validation", "report/qualification")}
+        folders.add(f"{run_folder(name)}/export")
         if run.get("profiling"):
             folders |= {f"{run_folder(name)}/profiling", f"{run_folder(name)}/report/profiling"}
     for name, reference in config.get("references", {}).items():  # end-to-end references: trained and qualified

@@ -1,0 +1,283 @@
+"""export: the qualified classifier (normalisation, frozen backbone, selected head) as one deployable program.
+
+Writes runs/<run>/export/: model.pt2 (a torch.export program, dynamic batch), model.onnx (the same
+graph for ONNX runtimes), weights.safetensors (every weight of the classifier) and model_card.json.
+Each file is also published create-only under its sha256 in the results store's exports/ folder
+(like the selected artifacts: no rule's output, so Snakemake never deletes an exported model a
+deployment names). The programs are checked, never assumed: on the validation split (never test)
+their predictions are compared with rffm's own evaluation of the artifact (the rffm modules, as
+qualify runs them), and the figures go into the model card. Everything runs on the CPU, so two
+clean runs write the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+
+from rffm.errors import IntegrityError
+from rffm.model import backbone
+from rffm.model.head import AttentionPoolHead
+from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
+from rffm.records.layout import SENTINEL_NAME, export_name, split_file
+from rffm.records.step import Step
+from rffm.records.store import Store, open_store
+from rffm.steps.qualify import load_artifact
+
+RULE = "export"
+PROGRAM, ONNX, WEIGHTS, CARD = "model.pt2", "model.onnx", "weights.safetensors", "model_card.json"
+SIGNATURE = "rffm_signature.json"  # the model's own description, inside the .pt2 (torch.export.load(extra_files=...))
+ONNX_OPSET = 18
+ONNX_LOGIT_TOLERANCE = 1e-4  # max |logit difference| ONNX Runtime may show against PyTorch (FP32 kernels differ)
+CHECK_BATCH = 256
+LAYOUT = "float32 [batch, 2, length]: I then Q samples, channels first"
+NORMALISATION = (
+    "inside the program: per-example unit RMS of the IQ window (iq / sqrt(mean(iq^2))); the backbone's hidden "
+    "states are rounded to BF16 as the training cache stored them, and the head computes in FP32"
+)
+
+
+class Classifier(nn.Module):
+    """IQ [B, 2, L] -> logits [B, classes]: the backbone (its normalisation inside), BF16-rounded hidden states, the head."""
+
+    def __init__(self, encoder: nn.Module, head: AttentionPoolHead):
+        super().__init__()
+        self.backbone, self.head = encoder, head
+
+    def forward(self, iq: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(iq).to(torch.bfloat16).float()  # what train_epoch read from the cache
+        return self.head(hidden)
+
+
+def classifier_module(backbone_dir: str | Path, results: Store, artifact: dict[str, Any]) -> tuple[Classifier, dict[str, Any]]:
+    """The one place the classifier is built from rffm's classes: (IQ [B, 2, L] -> logits module, the artifact's metadata).
+
+    `artifact` is the selection's record of the head ({key, sha256} in the results store); the
+    metadata gains `length`, the IQ window the backbone reads.
+    """
+    head, blob = load_artifact(results, artifact)
+    encoder = backbone.load(Path(backbone_dir) / "backbone.pt", "cpu")
+    if blob["backbone_fingerprint"] != encoder.fingerprint:
+        raise IntegrityError(f"{results.where(artifact['key'])}: trained on another backbone than {backbone_dir}. Fix: rerun selection.")
+    module = Classifier(encoder, head.eval()).eval()
+    module.requires_grad_(False)
+    return module, {**blob, "length": encoder.arch.length}
+
+
+def torch_program(module: nn.Module, length: int) -> torch.export.ExportedProgram:
+    """The classifier as a torch.export program with a dynamic batch dimension."""
+    example = torch.zeros(2, 2, length)
+    program = torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim("batch", min=1)}}, strict=False)
+    for node in program.graph.nodes:  # stack traces name this checkout's paths: host facts, not the model's
+        node.meta.pop("stack_trace", None)
+    return program
+
+
+def save_program(program: torch.export.ExportedProgram, path: Path, signature: dict[str, Any]) -> None:
+    """Write the .pt2 archive with the model's signature inside."""
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files={SIGNATURE: canonical_json(signature)})
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def onnx_bytes(module: nn.Module, length: int) -> bytes:
+    """The classifier as ONNX (dynamo exporter, dynamic batch), weights embedded, without host-specific metadata."""
+    import onnx
+
+    example = torch.zeros(2, 2, length)
+    exported = torch.onnx.export(
+        module,
+        (example,),
+        input_names=["iq"],
+        output_names=["logits"],
+        dynamic_shapes={"iq": {0: torch.export.Dim("batch", min=1)}},
+        opset_version=ONNX_OPSET,
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )
+    model = exported.model_proto
+    strip_metadata(model)
+    onnx.checker.check_model(model)
+    return model.SerializeToString(deterministic=True)
+
+
+def strip_metadata(model) -> None:
+    """Drop the exporter's per-node metadata (stack traces, source paths): facts of the host, not of the model."""
+
+    def clean(graph) -> None:
+        for node in graph.node:
+            del node.metadata_props[:]
+            for attribute in node.attribute:
+                if attribute.HasField("g"):
+                    clean(attribute.g)
+        for proto in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+            if hasattr(proto, "metadata_props"):
+                del proto.metadata_props[:]
+
+    clean(model.graph)
+    del model.metadata_props[:]
+
+
+def weights_bytes(module: nn.Module, metadata: dict[str, str]) -> bytes:
+    """Every weight of the classifier (backbone.* and head.*) as safetensors."""
+    from safetensors.torch import save
+
+    state = {name: tensor.detach().contiguous() for name, tensor in sorted(module.state_dict().items())}
+    return save(state, metadata=metadata)
+
+
+def rffm_logits(module: nn.Module, iq: h5py.Dataset) -> np.ndarray:
+    """rffm's own evaluation of the artifact: the rffm modules, in batches, on the CPU."""
+    with torch.no_grad():
+        return np.concatenate([module(torch.from_numpy(iq[i : i + CHECK_BATCH])).numpy() for i in range(0, iq.shape[0], CHECK_BATCH)])
+
+
+def program_logits(path: Path, iq: h5py.Dataset) -> np.ndarray:
+    """The saved .pt2 program, loaded back from its file, in batches."""
+    program = torch.export.load(path).module()
+    with torch.no_grad():
+        return np.concatenate([program(torch.from_numpy(iq[i : i + CHECK_BATCH])).numpy() for i in range(0, iq.shape[0], CHECK_BATCH)])
+
+
+def onnx_logits(path: Path, iq: h5py.Dataset) -> np.ndarray:
+    """The saved ONNX file under ONNX Runtime (CPU, one thread, so the figures repeat), in batches."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(["logits"], {"iq": iq[i : i + CHECK_BATCH]})[0] for i in range(0, iq.shape[0], CHECK_BATCH)])
+
+
+def agreement(reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """How closely an exported program reproduces rffm's logits and labels on the same examples."""
+    predicted = candidate.argmax(axis=1)
+    return {
+        "examples": int(len(labels)),
+        "labels_identical": int((predicted == reference.argmax(axis=1)).sum()),
+        "max_abs_logit_difference": float(np.abs(candidate - reference).max()) if len(labels) else 0.0,
+        "accuracy": float((predicted == labels).mean()),
+    }
+
+
+def check(dataset_dir: Path, module: nn.Module, program: Path, onnx_file: Path, recorded: float) -> dict[str, Any]:
+    """Compare the exported programs with rffm's evaluation on the validation split; refuse a disagreeing export."""
+    val = dataset_dir / split_file("val")
+    with h5py.File(val, "r") as handle:
+        labels = handle["label"][()]
+        reference = rffm_logits(module, handle["iq"])
+        pt2, onnx = program_logits(program, handle["iq"]), onnx_logits(onnx_file, handle["iq"])
+    figures = {
+        "split": "val",
+        "examples": int(len(labels)),
+        "rffm_accuracy": float((reference.argmax(axis=1) == labels).mean()),
+        "selection_recorded_accuracy": recorded,  # train_epoch's, from the cache: equal on CPU (a GPU cache is BF16 autocast)
+        "rffm_matches_selection": recorded is not None and abs(float((reference.argmax(axis=1) == labels).mean()) - recorded) < 1e-12,
+        "pt2": agreement(reference, pt2, labels),
+        "onnx": {**agreement(reference, onnx, labels), "logit_tolerance": ONNX_LOGIT_TOLERANCE},
+        "device": "cpu",
+    }
+    for name, limit in (("pt2", None), ("onnx", ONNX_LOGIT_TOLERANCE)):
+        found = figures[name]
+        if found["labels_identical"] != len(labels) or (limit is not None and found["max_abs_logit_difference"] > limit):
+            raise IntegrityError(
+                f"{val}: the exported {name} program disagrees with rffm's evaluation ({found['labels_identical']} of {len(labels)} "
+                f"labels identical, max |logit difference| {found['max_abs_logit_difference']:.3g}); nothing was published. "
+                "Fix: report it with this line and the torch/onnxruntime versions."
+            )
+    return figures
+
+
+def publish(results: Store, out_dir: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Put each file create-only under its sha256 in the store's exports/ folder: {name: {key, bytes, sha256}}."""
+    published = {}
+    for name in names:
+        data = (out_dir / name).read_bytes()
+        digest = sha256_bytes(data)
+        key = export_name(digest, Path(name).suffix)
+        if not results.create(key, data) and sha256_bytes(results.read(key) or b"") != digest:
+            raise IntegrityError(f"{results.where(key)}: does not hold the file its name promises. Fix: move it aside.")
+        published[name] = {"key": key, "bytes": len(data), "sha256": digest}
+    return published
+
+
+def run(
+    spec: dict[str, Any],
+    qualification_dir: str | Path,
+    selection_dir: str | Path,
+    dataset_dir: str | Path,
+    backbone_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    store: str | Path | None = None,
+) -> Path:
+    """Export the run's qualified classifier, check it on the validation split and publish it."""
+    qualification_dir, selection_dir, dataset_dir, backbone_dir = map(Path, (qualification_dir, selection_dir, dataset_dir, backbone_dir))
+    params = {"onnx_opset": ONNX_OPSET, "onnx_logit_tolerance": ONNX_LOGIT_TOLERANCE}
+    with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
+        out_dir = step.out_dir
+        results = open_store(store or out_dir.parents[2])
+        qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, ["run_manifest.json"])
+        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
+        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
+        dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])["dataset"]  # never the test split
+        module, blob = classifier_module(backbone_dir, results, chosen["artifact"])
+        selection = chosen["selection"]
+        with h5py.File(dataset_dir / split_file("val"), "r") as handle:
+            rate, origin = (decode(handle.attrs.get(name)) for name in ("sample_rate", "source"))
+        with contextlib.suppress(TypeError, ValueError):
+            origin = json.loads(origin)
+        signature = {
+            "format": "rffm-classifier/1",
+            "classes": blob["classes"],
+            "input": {"name": "iq", "layout": LAYOUT, "length": blob["length"], "normalisation": NORMALISATION},
+            "output": {"name": "logits", "layout": "float32 [batch, classes]; softmax gives class probabilities"},
+            "sample_rate_hz": rate if isinstance(rate, float) and np.isfinite(rate) and rate > 0 else None,
+        }
+        save_program(torch_program(module, blob["length"]), out_dir / PROGRAM, signature)
+        atomic_write_bytes(out_dir / ONNX, onnx_bytes(module, blob["length"]))
+        # one metadata key: safetensors keeps metadata in a hash map, so several keys come out in a per-process order
+        tags = {"rffm": canonical_json({"format": signature["format"], "classes": blob["classes"]})}
+        atomic_write_bytes(out_dir / WEIGHTS, weights_bytes(module, tags))
+        recorded = recorded_val_accuracy(qualification_dir / "run_manifest.json", selection["epoch"])
+        figures = check(dataset_dir, module, out_dir / PROGRAM, out_dir / ONNX, recorded)
+        files = publish(results, out_dir, [PROGRAM, ONNX, WEIGHTS])
+        card = {
+            **signature,
+            "run": spec["run"],
+            "dataset": {"name": dataset["name"], "source": origin, "sentinel_sha256": step.inputs["dataset"]["sha256"]},
+            "backbone": {"name": spec["backbone"], "fingerprint": weights["backbone"]["fingerprint"]},
+            "artifact": {"key": chosen["artifact"]["key"], "sha256": selection["artifact_sha256"]},
+            "head_config": blob["head_config"],
+            "selection": {k: selection[k] for k in ("metric", "mode", "epoch", "value", "rule")},
+            "validation_check": figures,
+            "qualification": qualified.get("qualification"),
+            "files": files,
+        }
+        atomic_write_bytes(out_dir / CARD, canonical_json(card).encode(), mode=0o444)
+        for name in (PROGRAM, ONNX, WEIGHTS, CARD):
+            step.output(name)
+        step.facts.update({"backbone_fingerprint": weights["backbone"]["fingerprint"], "exported": files, "validation_check": figures})
+    return step.sentinel
+
+
+def recorded_val_accuracy(manifest: Path, epoch: int) -> float | None:
+    """The validation accuracy train_epoch recorded for the selected epoch (the manifest lists every epoch's)."""
+    epochs = json.loads(manifest.read_text())["training"]["epochs"]
+    return next((e.get("val_accuracy") for e in epochs if e["epoch"] == epoch), None)
+
+
+def decode(value: Any) -> Any:
+    """An HDF5 attribute as a plain value (bytes as text, numpy scalars as Python numbers)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value

@@ -1,0 +1,73 @@
+"""The export step's pieces: torch.export and ONNX programs of the classifier, their bytes, the check that refuses a bad export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from rffm.errors import IntegrityError
+from rffm.model import backbone
+from rffm.model.head import AttentionPoolHead, HeadConfig
+from rffm.steps import export
+
+ARCH = backbone.BackboneArch(length=32, patch=8, dim=8, depth=1, heads=2, mlp_ratio=2)
+
+
+def classifier(seed: int) -> export.Classifier:
+    encoder = backbone.build(ARCH, seed).eval()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = AttentionPoolHead(HeadConfig(dim=8, classes=3, hidden=16)).eval()
+    return export.Classifier(encoder, head).eval().requires_grad_(False)
+
+
+def val_split(path: Path, count: int = 40) -> Path:
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as handle:
+        handle["iq"] = (rng.standard_normal((count, 2, ARCH.length)) * rng.uniform(0.1, 10, (count, 1, 1))).astype(np.float32)
+        handle["label"] = rng.integers(0, 3, count)
+    return path
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("export")
+    module = classifier(0)
+    export.save_program(export.torch_program(module, ARCH.length), folder / export.PROGRAM, {"classes": ["a", "b", "c"]})
+    (folder / export.ONNX).write_bytes(export.onnx_bytes(module, ARCH.length))
+    return folder
+
+
+def test_the_programs_agree_with_the_module_at_any_batch_size(written: Path, tmp_path: Path):
+    module, val = classifier(0), val_split(tmp_path / "val.h5")
+    figures = export.check(tmp_path, module, written / export.PROGRAM, written / export.ONNX, recorded=None)
+    assert figures["pt2"]["labels_identical"] == figures["onnx"]["labels_identical"] == 40
+    assert figures["pt2"]["max_abs_logit_difference"] == 0.0
+    assert figures["onnx"]["max_abs_logit_difference"] <= export.ONNX_LOGIT_TOLERANCE
+    program = torch.export.load(written / export.PROGRAM).module()
+    with h5py.File(val, "r") as handle:
+        iq = torch.from_numpy(handle["iq"][:7])
+    for batch in (1, 3, 7):  # the batch dimension is dynamic; the BF16 rounding of the hidden states is inside
+        assert torch.equal(program(iq[:batch]), module(iq[:batch]))
+
+
+def test_exports_repeat_byte_for_byte_and_name_no_host_path(written: Path, tmp_path: Path):
+    module = classifier(0)
+    export.save_program(export.torch_program(module, ARCH.length), tmp_path / export.PROGRAM, {"classes": ["a", "b", "c"]})
+    assert (tmp_path / export.PROGRAM).read_bytes() == (written / export.PROGRAM).read_bytes()
+    assert export.onnx_bytes(module, ARCH.length) == (written / export.ONNX).read_bytes()
+    weights = export.weights_bytes(module, {"rffm": "{}"})
+    assert weights == export.weights_bytes(classifier(0), {"rffm": "{}"})
+    here = str(Path(export.__file__).resolve().parents[2]).encode()  # this checkout's scripts/ folder
+    for name in (export.PROGRAM, export.ONNX):
+        assert here not in (written / name).read_bytes(), f"{name} names {here.decode()}"
+
+
+def test_a_disagreeing_export_is_refused(written: Path, tmp_path: Path):
+    val_split(tmp_path / "val.h5")
+    with pytest.raises(IntegrityError, match=r"the exported pt2 program disagrees with rffm's evaluation \(\d+ of 40 labels identical"):
+        export.check(tmp_path, classifier(1), written / export.PROGRAM, written / export.ONNX, recorded=None)
