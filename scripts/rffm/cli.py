@@ -178,7 +178,7 @@ def export(args: argparse.Namespace) -> None:
     _torch(args)
     from rffm.steps import export as step
 
-    dirs = (args.qualification_dir, args.selection_dir, args.dataset_dir, args.backbone_dir)
+    dirs = (args.qualification_dir, args.selection_dir, args.dataset_dir, args.backbone_dir, args.cache_record_dir)
     sentinel = step.run(args.spec, *dirs, args.out_dir, store=args.store)
     print(f"exported classifier: {Path(sentinel).parent / step.CARD}")
 
@@ -485,7 +485,9 @@ def parser() -> argparse.ArgumentParser:
     store_option(sub)
     verb(plot_cache_lifecycle, "Plot a profiled run's cache lifecycle summary.", "", False, "--run", "--summary", "--out-dir")
     text = "Export the qualified classifier (.pt2, ONNX, safetensors, model card), checked on the validation split."
-    sub = verb(export, text, "runs", True, "--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--out-dir")
+    sub = verb(
+        export, text, "runs", True, "--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-record-dir", "--out-dir"
+    )
     store_option(sub)
 
     text = "Floor (random backbone) | frozen backbone | end-to-end reference: test accuracy, high-SNR accuracy, macro-F1, wall time."

@@ -11,6 +11,8 @@ import torch
 
 from rffm.errors import IntegrityError
 from rffm.model import backbone
+from rffm.model import encoder as encoders
+from rffm.model.taps import spec_for
 from rffm.model.head import AttentionPoolHead, HeadConfig
 from rffm.steps import export
 
@@ -18,7 +20,8 @@ ARCH = backbone.BackboneArch(length=32, patch=8, dim=8, depth=1, heads=2, mlp_ra
 
 
 def classifier(seed: int) -> export.Classifier:
-    encoder = backbone.build(ARCH, seed).eval()
+    model = backbone.build(ARCH, seed).eval()
+    encoder = encoders.Encoder(model, "test", spec_for({}), "backbones.test", native_layers=1, length=ARCH.length)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         head = AttentionPoolHead(HeadConfig(dim=8, classes=3, hidden=16)).eval()

@@ -595,6 +595,7 @@ def export_inputs(wildcards):
         "selection": run_file(wildcards.run, "selection/sentinel.json"),
         "backbone": backbone_file(backbone, "sentinel.json"),
         "dataset": dataset_file(dataset, "sentinel.json"),
+        "cache": ancient(cache_file(dataset, backbone, "sentinel.json")),
         "files": ancient(
             [
                 run_file(wildcards.run, "qualification/run_manifest.json"),
@@ -610,7 +611,7 @@ def export_inputs(wildcards):
 def export_dirs(wildcards, input):
     return {
         name: os.path.dirname(getattr(input, name))
-        for name in ("qualification", "selection", "backbone", "dataset")
+        for name in ("qualification", "selection", "backbone", "dataset", "cache")
     }
 
 

@@ -27,4 +27,5 @@ rule export:
         "rffm export --spec {params.spec:q} --threads {threads}"
         " --qualification-dir {params.dirs[qualification]} --selection-dir {params.dirs[selection]}"
         " --dataset-dir {params.dirs[dataset]} --backbone-dir {params.dirs[backbone]}"
+        " --cache-record-dir {params.dirs[cache]}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"

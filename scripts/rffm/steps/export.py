@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from rffm.errors import IntegrityError
-from rffm.model import backbone
+from rffm.model import encoder as encoders
 from rffm.model.head import AttentionPoolHead
 from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, export_name, split_file
@@ -43,33 +43,56 @@ NORMALISATION = (
     "inside the program: per-example unit RMS of the IQ window (iq / sqrt(mean(iq^2))); the backbone's hidden "
     "states are rounded to BF16 as the training cache stored them, and the head computes in FP32"
 )
+ADAPTER_NORMALISATION = {
+    "none": "none: the IQ window as staged",
+    "rms": "per-example unit RMS of the IQ window",
+    "peak": "per-example unit peak magnitude of the IQ window",
+}
+
+
+def normalisation(blob: dict[str, Any]) -> str:
+    """What the program does to its input before the backbone: the native backbone's own RMS, or the adapter's."""
+    adapter = blob.get("adapter") or {}
+    if blob.get("native") and adapter.get("normalize", "none") == "none":
+        return NORMALISATION  # the in-workflow backbone normalises inside itself
+    how = ADAPTER_NORMALISATION.get(adapter.get("normalize"), adapter.get("normalize"))
+    return (
+        f"inside the program: {how}, then the backbone's input layout {adapter.get('layout')}; the tapped hidden states "
+        "are rounded to BF16 as the training cache stored them, and the head computes in FP32"
+    )
 
 
 class Classifier(nn.Module):
-    """IQ [B, 2, L] -> logits [B, classes]: the backbone (its normalisation inside), BF16-rounded hidden states, the head."""
+    """IQ [B, 2, L] -> logits [B, classes]: the encoder (adapter, backbone, taps, keep), BF16-rounded features, the head."""
 
-    def __init__(self, encoder: nn.Module, head: AttentionPoolHead):
+    def __init__(self, encoder: encoders.Encoder, head: AttentionPoolHead):
         super().__init__()
-        self.backbone, self.head = encoder, head
+        self.backbone, self.head = encoder.model, head  # registered: their weights are the program's
+        self.encoder = encoder  # the one way the backbone is called, as build_cache and qualify call it
 
     def forward(self, iq: torch.Tensor) -> torch.Tensor:
-        hidden = self.backbone(iq).to(torch.bfloat16).float()  # what train_epoch read from the cache
+        hidden = encoders.as_row(self.encoder.features(iq)).to(torch.bfloat16).float()  # what train_epoch read from the cache
         return self.head(hidden)
 
 
-def classifier_module(backbone_dir: str | Path, results: Store, artifact: dict[str, Any]) -> tuple[Classifier, dict[str, Any]]:
+def classifier_module(
+    backbone_dir: str | Path, cached: dict[str, Any], results: Store, artifact: dict[str, Any], length: int
+) -> tuple[Classifier, dict[str, Any]]:
     """The one place the classifier is built from rffm's classes: (IQ [B, 2, L] -> logits module, the artifact's metadata).
 
-    `artifact` is the selection's record of the head ({key, sha256} in the results store); the
-    metadata gains `length`, the IQ window the backbone reads.
+    `cached` is the cache record (the encoder the head was trained behind, as qualify rebuilds it);
+    `artifact` the selection's record of the head ({key, sha256} in the results store); the metadata
+    gains `length`, the IQ window the backbone reads (the staged examples' when the backbone does not say).
     """
     head, blob = load_artifact(results, artifact)
-    encoder = backbone.load(Path(backbone_dir) / "backbone.pt", "cpu")
-    if blob["backbone_fingerprint"] != encoder.fingerprint:
-        raise IntegrityError(f"{results.where(artifact['key'])}: trained on another backbone than {backbone_dir}. Fix: rerun selection.")
+    spec = cached["encoder"]
+    encoder = encoders.load(cached["backbone"], Path(backbone_dir) / "backbone.pt", spec["spec"], spec["where"], "cpu")
+    if encoder.identity != spec["fingerprint"] or blob["backbone_fingerprint"] != encoder.fingerprint:
+        raise IntegrityError(f"{results.where(artifact['key'])}: trained behind another encoder than {backbone_dir}. Fix: rerun selection.")
     module = Classifier(encoder, head.eval()).eval()
     module.requires_grad_(False)
-    return module, {**blob, "length": encoder.arch.length}
+    native = cached["backbone"]["source"] in encoders.NATIVE
+    return module, {**blob, "length": encoder.length or length, "adapter": spec["spec"]["adapter"], "native": native}
 
 
 def torch_program(module: nn.Module, length: int) -> torch.export.ExportedProgram:
@@ -216,6 +239,7 @@ def run(
     selection_dir: str | Path,
     dataset_dir: str | Path,
     backbone_dir: str | Path,
+    cache_record_dir: str | Path,
     out_dir: str | Path,
     *,
     store: str | Path | None = None,
@@ -230,16 +254,18 @@ def run(
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])["dataset"]  # never the test split
-        module, blob = classifier_module(backbone_dir, results, chosen["artifact"])
-        selection = chosen["selection"]
+        cached = step.consume("cache", Path(cache_record_dir) / SENTINEL_NAME)  # the encoder the head was trained behind
         with h5py.File(dataset_dir / split_file("val"), "r") as handle:
             rate, origin = (decode(handle.attrs.get(name)) for name in ("sample_rate", "source"))
+            staged_length = int(handle["iq"].shape[-1])
+        module, blob = classifier_module(backbone_dir, cached, results, chosen["artifact"], staged_length)
+        selection = chosen["selection"]
         with contextlib.suppress(TypeError, ValueError):
             origin = json.loads(origin)
         signature = {
             "format": "rffm-classifier/1",
             "classes": blob["classes"],
-            "input": {"name": "iq", "layout": LAYOUT, "length": blob["length"], "normalisation": NORMALISATION},
+            "input": {"name": "iq", "layout": LAYOUT, "length": blob["length"], "normalisation": normalisation(blob)},
             "output": {"name": "logits", "layout": "float32 [batch, classes]; softmax gives class probabilities"},
             "sample_rate_hz": rate if isinstance(rate, float) and np.isfinite(rate) and rate > 0 else None,
         }
