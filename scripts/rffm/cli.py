@@ -485,9 +485,8 @@ def parser() -> argparse.ArgumentParser:
     store_option(sub)
     verb(plot_cache_lifecycle, "Plot a profiled run's cache lifecycle summary.", "", False, "--run", "--summary", "--out-dir")
     text = "Export the qualified classifier (.pt2, ONNX, safetensors, model card), checked on the validation split."
-    sub = verb(
-        export, text, "runs", True, "--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-record-dir", "--out-dir"
-    )
+    dirs = ("--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-record-dir", "--out-dir")
+    sub = verb(export, text, "runs", True, *dirs)
     store_option(sub)
 
     text = "Floor (random backbone) | frozen backbone | end-to-end reference: test accuracy, high-SNR accuracy, macro-F1, wall time."

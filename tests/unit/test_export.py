@@ -12,8 +12,8 @@ import torch
 from rffm.errors import IntegrityError
 from rffm.model import backbone
 from rffm.model import encoder as encoders
-from rffm.model.taps import spec_for
 from rffm.model.head import AttentionPoolHead, HeadConfig
+from rffm.model.taps import spec_for
 from rffm.steps import export
 
 ARCH = backbone.BackboneArch(length=32, patch=8, dim=8, depth=1, heads=2, mlp_ratio=2)
