@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from rffm import config as rffm_config
 from rffm.data.sources import input_files as source_input_files
 from rffm.errors import PlanRefused, RffmError
-from rffm.records import launch, ledger
+from rffm.records import launch, ledger, plans
 from rffm.records.code import code_digest
 from rffm.records.layout import (
     SPLITS,
@@ -572,3 +572,18 @@ def on_start():
         )
     except RffmError as error:  # before any job: stop with the one line
         raise PlanRefused(f"rffm: {error}") from None
+    record_plans()
+
+
+def record_plans():
+    """Record which config files (and --config values) planned every run, for the everyday commands."""
+    settings = workflow.config_settings
+    plans.record_plans(
+        config,
+        rffm_config.snakemake_settings(workflow)["files"],
+        dict(settings.config or {}),
+        open_store(STORE),
+        replaced=bool(settings.replace_workflow_config and settings.overwrite_config),
+        cwd=os.getcwd(),
+        snakefile=str(workflow.main_snakefile),
+    )
