@@ -260,6 +260,27 @@ def schema_errors(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
 # ---- pass 2: once the shape is right ----
 
 
+def _follows_from(reference_problem: str, schema_problems: list[str]) -> bool:
+    """Whether a reference problem is a consequence of a schema problem (of its own entry or the table it names)."""
+    key = reference_problem.split(": ")[0]
+    table = {"dataset": "datasets", "backbone": "backbones"}.get(key.rsplit(".", 1)[-1], "")
+    for bad in (problem.split(": ")[0] for problem in schema_problems):
+        if bad in ("(top level)", table) or key == bad or key.startswith(f"{bad}.") or bad.startswith(f"{key}."):
+            return True
+    return False
+
+
+def _references_as_written(config: dict[str, Any]) -> list[str]:
+    """reference_errors on a config that failed the schema (no defaults): only the names it can read."""
+    sections = ("datasets", "backbones", "runs", "references")
+    readable = {k: v for k, v in config.items() if k in sections and isinstance(v, dict)}
+    readable = {k: {n: e for n, e in v.items() if isinstance(e, dict)} for k, v in readable.items()}
+    try:
+        return [p for p in reference_errors(readable) if "required for source" not in p and "needs both" not in p]
+    except (TypeError, AttributeError, KeyError):
+        return []
+
+
 def reference_errors(config: dict[str, Any]) -> list[str]:
     """Runs and backbones must name datasets and backbones that exist."""
     problems = []
@@ -532,8 +553,8 @@ def problems(
     are theirs); local_files: results and imported files are paths on this machine (not in a storage bucket)."""
     schema = load_schema(schema_path)
     found = file_problems(files) + schema_errors(config, schema)
-    if found:
-        return found
+    if found:  # the names runs and backbones refer to need no valid shape: report them in the same pass
+        return found + [p for p in _references_as_written(config) if not _follows_from(p, found)]
     filled = copy.deepcopy(config)
     fill_defaults(filled, schema, schema)
     found = reference_errors(filled) + path_problems(filled, local_files)

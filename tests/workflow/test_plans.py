@@ -121,7 +121,8 @@ def test_the_fix_for_a_missing_sentinel_works_as_printed(workdir: Path):
     missing = [line for line in verify.stdout.splitlines() if "epochs/2/sentinel.json: missing" in line]
     assert verify.returncode == 1 and len(missing) == 1, verify.stdout
     command = fix_of(missing[0])
-    assert command == f"snakemake -s {REPO}/workflow/Snakefile results/runs/base/epochs/2/sentinel.json --configfile config.yaml"
+    target = "results/runs/base/epochs/2/sentinel.json"
+    assert command == f"snakemake -s {REPO}/workflow/Snakefile {target} --cores all --configfile config.yaml", command
     done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert rffm("verify", "results", cwd=workdir).returncode == 0

@@ -28,7 +28,8 @@ from rffm.ops.unlock import record_owner
 try:
     rffm_config.check(config, **rffm_config.snakemake_settings(workflow))
 except RffmError as error:
-    raise WorkflowError(str(error)) from None
+    # PlanRefused is a SystemExit: Snakemake prints the lines as they are (no "WorkflowError in file" frame)
+    raise PlanRefused(f"rffm: {error}") from None
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).
@@ -587,3 +588,63 @@ def record_plans():
         cwd=os.getcwd(),
         snakefile=str(workflow.main_snakefile),
     )
+
+
+# ---- the targets named on the command line (checked once every rule is defined: the Snakefile's end) ----
+
+
+def command_line_targets():
+    """The targets of the `snakemake` command line that is parsing this workflow (Snakemake hands them to the
+    workflow only after parsing it); none for a job, an API caller (rffm posttrain) or an unreadable line.
+    """
+    if not workflow.is_main_process or workflow.remote_exec:
+        return []
+    if "snakemake" not in os.path.basename(os.path.dirname(sys.argv[0]) + sys.argv[0]):
+        return []
+    try:
+        from snakemake.cli import get_argument_parser
+
+        return sorted(get_argument_parser().parse_args(sys.argv[1:]).targets or [])
+    except (
+        SystemExit,
+        Exception,
+    ):  # whatever Snakemake's own parser makes of it, it reports itself
+        return []
+
+
+def check_targets():
+    """One line for a target nothing here can make (a misspelt rule or run id, an epoch beyond a run's plan),
+    naming what is configured, instead of Snakemake's MissingRuleException or a plan beyond the config.
+    """
+    runs = {**config["runs"], **config["references"]}
+    prefix = os.path.normpath(RESULTS).split("/")
+    for target in command_line_targets():
+        parts = os.path.normpath(target).split("/")
+        if workflow.is_rule(target) or (len(parts) == 1 and os.path.exists(target)):
+            continue
+        if len(parts) == 1:
+            targets = ", ".join(sorted(rule.name for rule in workflow.rules))
+            raise PlanRefused(
+                f"rffm: target {target!r} is no rule of this workflow. Fix: name a rule ({targets}) or a file under {RESULTS}/"
+            )
+        rest = parts[len(prefix) :] if parts[: len(prefix)] == prefix else []
+        if len(rest) < 2 or rest[0] != "runs":
+            continue
+        if rest[1] not in runs:
+            raise PlanRefused(
+                f"rffm: target {target}: {rest[1]!r} is no configured run or reference (configured: "
+                f"{', '.join(sorted(runs)) or 'none'}). Fix: name one of them, or add the run to the config"
+            )
+        if (
+            len(rest) > 3
+            and rest[2] == "epochs"
+            and rest[1] in config["runs"]
+            and rest[3].isdigit()
+        ):
+            planned = config["runs"][rest[1]]["train"]["epochs"]
+            if not 1 <= int(rest[3]) <= planned:
+                raise PlanRefused(
+                    f"rffm: target {target}: runs.{rest[1]}.train.epochs plans epochs 1 to {planned}, not {rest[3]}. "
+                    f"Fix: name an epoch from 1 to {planned}, or raise runs.{rest[1]}.train.epochs (a qualified run "
+                    "is frozen: give it a new id)"
+                )

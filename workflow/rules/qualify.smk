@@ -36,13 +36,14 @@ rule qualify:
         store=STORE,
         launch_profile=LAUNCH_PROFILE,
     params:
+        threads=THREADS,  # from the config, never capped by --cores: results never depend on it
         spec=run_spec,
         source=lambda wildcards: as_json(selection_source(wildcards.run)),
         code=CODE["qualify"],
         dirs=qualify_dirs,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm qualify --spec {params.spec:q} --source {params.source:q} --threads {threads}"
+        "rffm qualify --spec {params.spec:q} --source {params.source:q} --threads {params.threads}"
         " --selection-dir {params.dirs[selection]} --dataset-dir {params.dirs[dataset]}"
         " --backbone-dir {params.dirs[backbone]} --cache-record-dir {params.dirs[cache]}"
         " --epoch-dirs {params.dirs[epochs]} --launch-profile={resources.launch_profile:q}"

@@ -17,12 +17,13 @@ rule train_reference:
     resources:
         store=STORE,
     params:
+        threads=THREADS,  # from the config, never capped by --cores: results never depend on it
         spec=reference_spec,
         code=CODE["train_reference"],
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm train_reference --spec {params.spec:q} --threads {threads} --dataset-dir {params.dataset_dir}"
+        "rffm train_reference --spec {params.spec:q} --threads {params.threads} --dataset-dir {params.dataset_dir}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -60,6 +61,7 @@ rule qualify_reference:
     resources:
         store=STORE,
     params:
+        threads=THREADS,  # from the config, never capped by --cores: results never depend on it
         spec=reference_spec,
         source=lambda wildcards: as_json(selection_source(wildcards.reference)),
         code=CODE["qualify_reference"],
@@ -67,6 +69,6 @@ rule qualify_reference:
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {threads}"
+        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {params.threads}"
         " --selection-dir {params.selection_dir} --dataset-dir {params.dataset_dir}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"

@@ -70,7 +70,7 @@ def rebuild_command(sentinel_path: str | Path, cwd: str | Path | None = None, re
     results = results_root(sentinel_path.parent.absolute())
     if results is None:
         target = shlex.quote(str(sentinel_path))
-        return f"rm -f {target} && snakemake {target}" if remove else f"snakemake {target}"
+        return f"rm -f {target} && snakemake {target} --cores all" if remove else f"snakemake {target} --cores all"
     folder = sentinel_path.parent.absolute().relative_to(results).as_posix()
     record = plan_record(results, folder)
     configured = os.path.normpath((record or {}).get("results") or results.name)
@@ -82,6 +82,7 @@ def rebuild_command(sentinel_path: str | Path, cwd: str | Path | None = None, re
     target = f"{configured.rstrip('/')}/{folder}/{SENTINEL_NAME}"
     snakefile = (record or {}).get("snakefile") or DEFAULT_SNAKEFILE
     where = [] if snakefile == DEFAULT_SNAKEFILE else ["-s", snakefile]
-    command = shlex.join(["snakemake", *where, target, *(config_options(record) if record else [])])
+    # --cores: Snakemake needs it for local execution; results never depend on it (threads come from the config)
+    command = shlex.join(["snakemake", *where, target, "--cores", "all", *(config_options(record) if record else [])])
     command = f"rm -f {shlex.quote(target)} && {command}" if remove else command
     return command if workdir == here else f"cd {shlex.quote(str(workdir))} && {command}"
