@@ -640,3 +640,18 @@ def for_results(results_dir: str | Path, paths: list[str | Path] | None = None) 
         return {}
     config = load([default])
     return config if Path(config["results"]).resolve() == Path(results_dir).resolve() else {}
+
+
+def check_default_file(path: str | Path, workflow: Any) -> None:
+    """The Snakefile's own configfile, before Snakemake loads it: an empty or non-mapping file stops with the
+    workflow's one line (PlanRefused) instead of Snakemake's generic message. Files given with --configfile are
+    read by Snakemake's command line before any workflow code runs, so their message stays Snakemake's."""
+    from rffm.errors import PlanRefused
+
+    settings = workflow.config_settings
+    if (settings.replace_workflow_config and settings.overwrite_config) or not Path(path).is_file():
+        return
+    try:
+        read(path)
+    except ConfigError as error:
+        raise PlanRefused(f"rffm: {error}") from None

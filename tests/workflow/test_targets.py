@@ -57,3 +57,11 @@ def test_gpu_rules_on_slurm_ask_for_the_device_the_batch_profile_asks_for():
     batch = yaml.safe_load((REPO / "profiles/gcp-batch/config.yaml").read_text())
     assert slurm["config"]["device"] == batch["config"]["device"] == "auto"
     assert {rule for rule, res in slurm["set-resources"].items() if res.get("gpu")} >= {"train_epoch", "build_cache", "qualify"}
+
+
+@pytest.mark.parametrize("text, what", [("", "the configuration file is empty"), ("[1, 2]\n", "holds a list, not a mapping")])
+def test_an_empty_or_non_mapping_default_config_gets_the_workflows_line(fresh_workdir: Path, text: str, what: str):
+    (fresh_workdir / "config").mkdir()
+    (fresh_workdir / "config/config.yaml").write_text(text)  # the Snakefile's own configfile
+    line = refusal(fresh_workdir)
+    assert line.startswith(f"rffm: config/config.yaml: {what}"), line
