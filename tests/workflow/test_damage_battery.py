@@ -250,9 +250,13 @@ def cases(tree: Path, older: Path) -> list[tuple[str, str]]:
 
 def diagnostic(relative: str, kind: str) -> bool:
     """Damage verify need not name, since nothing ever reads it back into a result: Chrome traces (for a human
-    with a trace viewer), and a memo entry without its sentinel (a half-written entry: never restored)."""
-    return relative.endswith(".trace.json") or (
-        relative.startswith("results/memo/") and relative.endswith("sentinel.json") and kind == "delete"
+    with a trace viewer), a memo entry without its sentinel (a half-written entry: never restored), and a deleted
+    plan record (runs/<run>/launch/plan-<n>.json: the everyday commands then judge the run by an earlier one, or
+    as a run no record speaks for, as in a tree from before plan records)."""
+    return (
+        relative.endswith(".trace.json")
+        or (relative.startswith("results/memo/") and relative.endswith("sentinel.json") and kind == "delete")
+        or ("/launch/plan-" in relative and kind == "delete")
     )
 
 

@@ -17,7 +17,7 @@ from rffm.errors import IntegrityError
 from rffm.records import ledger, memo, provenance
 from rffm.records.files import sha256_file
 from rffm.records.layout import ARTIFACTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
-from rffm.records.plans import Judgment
+from rffm.records.plans import Judgment, plan_problems
 from rffm.records.rebuild import rebuild_command
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
 from rffm.records.store import PosixStore
@@ -184,6 +184,7 @@ def verify_tree(
                 f"{provenance_path.parent}. Fix: {rebuild_command(provenance_path.parent / SENTINEL_NAME)}"
             )
     report.broken += ledger_problems(results) + artifact_problems(results) + memo_problems(results) + launch_problems(results)
+    report.broken += plan_problems(results)
     scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config and config.get("scratch") else None)
     if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch
         plan = judgment.config

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rffm.records.files import canonical_json, sha256_file
+from rffm.errors import IntegrityError
+from rffm.records.files import sha256_file
 from rffm.records.layout import planned_steps, run_folder
+from rffm.records.sentinel import seal, unseal
 from rffm.records.store import Store
 
 LAUNCH_DIR = "launch"  # beside the launch profile records (records/launch.py)
@@ -79,12 +81,19 @@ def latest(store: Store, run: str) -> tuple[int, dict[str, Any]] | None:
             numbered.append(int(match.group(1)))
     for number in sorted(numbered, reverse=True):
         try:
-            record = json.loads(store.read(plan_key(run, number)) or b"")
-        except ValueError:
-            continue  # unreadable: an older record speaks for the run
-        if isinstance(record, dict) and record.get("run") == run and isinstance(record.get("plan"), dict):
-            return number, record
+            record = read_record(store.read(plan_key(run, number)) or b"", plan_key(run, number), run)
+        except IntegrityError:
+            continue  # damaged: an older record speaks for the run (verify names it)
+        return number, record
     return None
+
+
+def read_record(data: bytes, where: str, run: str) -> dict[str, Any]:
+    """A plan record's body after checking its seal, its shape and that it is this run's (IntegrityError otherwise)."""
+    record = unseal(where, data, "plan record")
+    if record.get("run") != run or not isinstance(record.get("plan"), dict) or not isinstance(record.get("files"), list):
+        raise IntegrityError(f"{where}: plan record of run {record.get('run')!r}, not of {run!r} (copied or moved here?)")
+    return record
 
 
 def record_plans(
@@ -116,10 +125,22 @@ def record_plans(
         if found and _same(found[1], record):
             continue
         number = found[0] + 1 if found else 1
-        while not store.create(plan_key(run, number), canonical_json(record).encode()):
+        while not store.create(plan_key(run, number), seal(record)):
             number += 1  # a record this number already exists (unreadable, or another run's copy)
         written.append(plan_key(run, number))
     return written
+
+
+def plan_problems(results: Path) -> list[str]:
+    """Plan records whose seal, shape or run is wrong (one line each, naming the file)."""
+    problems = []
+    for path in sorted(results.glob(f"runs/*/{LAUNCH_DIR}/plan-*.json")):
+        if PLAN_NAME.fullmatch(path.name):
+            try:
+                read_record(path.read_bytes(), str(path), path.parents[1].name)
+            except IntegrityError as error:
+                problems.append(f"{error}; the everyday commands judge the run by an earlier record, if any")
+    return problems
 
 
 def merged(plans: list[dict[str, Any]]) -> dict[str, Any]:
