@@ -25,7 +25,7 @@ def refusal(workdir: Path, *args: str) -> str:
 
 def test_a_misspelt_rule_is_refused_naming_the_rules(fresh_workdir: Path):
     line = refusal(fresh_workdir, "final_qualificaton")
-    assert "'final_qualificaton' is no rule of this workflow" in line and "final_qualification, " in line
+    assert "'final_qualificaton': the workflow has no such target" in line and "final_qualification, " in line
 
 
 def test_a_misspelt_run_is_refused_naming_the_configured_runs(fresh_workdir: Path):

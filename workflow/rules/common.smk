@@ -590,7 +590,7 @@ def record_plans():
     )
 
 
-# ---- the targets named on the command line (checked once every rule is defined: the Snakefile's end) ----
+# ---- the targets named on the command line (checked at the Snakefile's end, once all rules exist) ----
 
 
 def command_line_targets():
@@ -623,9 +623,10 @@ def check_targets():
         if workflow.is_rule(target) or (len(parts) == 1 and os.path.exists(target)):
             continue
         if len(parts) == 1:
-            targets = ", ".join(sorted(rule.name for rule in workflow.rules))
+            targets = ", ".join(sorted(r.name for r in workflow.rules))
             raise PlanRefused(
-                f"rffm: target {target!r} is no rule of this workflow. Fix: name a rule ({targets}) or a file under {RESULTS}/"
+                f"rffm: target {target!r}: the workflow has no such target. Fix: name one of its rules ({targets}) "
+                f"or a file under {RESULTS}/"
             )
         rest = parts[len(prefix) :] if parts[: len(prefix)] == prefix else []
         if len(rest) < 2 or rest[0] != "runs":
