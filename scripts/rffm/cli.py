@@ -506,6 +506,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rffm` console script."""
     args = parser().parse_args(argv)
+    from rffm.runtime.device import THREADS
+
+    THREADS.clear()  # a verb called in-process after a threaded one (tests) records no thread count of its own
     try:
         result = args.func(args)
     except RffmError as exc:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import tiny_config
 from rffm.config import load_schema
 from rffm.records import plans
 from rffm.records.rebuild import rebuild_command
+from rffm.records.sentinel import seal
 from rffm.records.store import PosixStore
 
 
@@ -60,3 +63,29 @@ def test_the_rebuild_command_carries_the_recorded_options_and_starts_where_the_t
     )
     assert rebuild_command(sentinel, cwd=tmp_path / "elsewhere").startswith(f"cd {tmp_path} && snakemake results/")
     assert rebuild_command(sentinel, cwd=tmp_path, remove=True).startswith("rm -f results/runs/base/epochs/2/sentinel.json && ")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "edit", "other run"])
+def test_a_damaged_plan_record_is_named_by_verify_and_never_judged_by(tmp_path: Path, damage: str):
+    store, config = PosixStore(tmp_path), resolved()
+    plans.record_plans(config, [], {}, store)
+    path = tmp_path / "runs/base/launch/plan-1.json"
+    data = bytearray(path.read_bytes())
+    path.chmod(0o644)
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "edit":
+        body = json.loads(bytes(data))
+        body["plan"]["runs"]["base"]["train"]["epochs"] = 4  # edited, not resealed
+        data = bytearray(json.dumps(body).encode())
+    else:  # a record sealed for another run, put in this run's folder
+        body = json.loads(bytes(data))
+        body.pop("self_sha256")
+        data = bytearray(seal({**body, "run": "other"}))
+    path.write_bytes(bytes(data))
+    problems = plans.plan_problems(tmp_path)
+    assert len(problems) == 1 and problems[0].startswith(f"{path}: "), problems
+    assert plans.latest(store, "base") is None  # the commands never judge by it
+    assert plans.judge(tmp_path).config is None

@@ -133,6 +133,7 @@ def battery_files(tree: Path) -> list[str]:
     """Every file of the finished tiny run that a step writes and something checks (logs and locks excluded)."""
     files = [p.relative_to(tree).as_posix() for p in sorted((tree / "results").rglob("*")) if p.is_file()]
     files = [f for f in files if not f.startswith("results/logs/")]
+    files = [f for f in files if "/launch/plan-" not in f]  # plan records: their own damage cases (tests/unit/test_plans.py)
     files += [p.relative_to(tree).as_posix() for p in sorted((tree / CACHE_MEMO).iterdir())]
     return files
 
@@ -250,13 +251,9 @@ def cases(tree: Path, older: Path) -> list[tuple[str, str]]:
 
 def diagnostic(relative: str, kind: str) -> bool:
     """Damage verify need not name, since nothing ever reads it back into a result: Chrome traces (for a human
-    with a trace viewer), a memo entry without its sentinel (a half-written entry: never restored), and a deleted
-    plan record (runs/<run>/launch/plan-<n>.json: the everyday commands then judge the run by an earlier one, or
-    as a run no record speaks for, as in a tree from before plan records)."""
-    return (
-        relative.endswith(".trace.json")
-        or (relative.startswith("results/memo/") and relative.endswith("sentinel.json") and kind == "delete")
-        or ("/launch/plan-" in relative and kind == "delete")
+    with a trace viewer), and a memo entry without its sentinel (a half-written entry: never restored)."""
+    return relative.endswith(".trace.json") or (
+        relative.startswith("results/memo/") and relative.endswith("sentinel.json") and kind == "delete"
     )
 
 
