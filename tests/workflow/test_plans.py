@@ -169,3 +169,19 @@ def test_status_full_and_verify_agree_on_a_damaged_backbone_and_a_missing_artifa
         broken = [line.removeprefix("BROKEN ").split(": ")[0] for line in output.splitlines() if line.startswith("BROKEN")]
         assert any(Path(workdir / p).resolve() == backbone.resolve() for p in broken), output
         assert any(Path(workdir / p).resolve() == artifact.resolve() for p in broken), output
+
+
+def test_after_a_floor_run_the_bare_compare_prints_all_three_rows(workdir: Path):
+    """Acceptance 1, the `make floor` half: a random-backbone floor and an end-to-end reference beside the run."""
+    config = tiny_config()
+    config["backbones"]["random-init"] = {**config["backbones"]["mini"], "source": "random", "pretrain": {"seed": 0}}
+    config["runs"]["floor"] = {**config["runs"]["base"], "backbone": "random-init"}
+    config["runs"]["floor"].pop("profiling")
+    train = {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}
+    config["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train}}
+    write_config(workdir, config)
+    snakemake(workdir)
+    with_default_config(workdir)  # config/config.yaml plans `baseline` only: the records decide
+    compare = rffm("compare", "results", cwd=workdir)
+    rows = [line.split()[:3] for line in compare.stdout.splitlines()[1:4]]
+    assert rows == [["floor", "floor", "tiny"], ["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]], compare.stdout
