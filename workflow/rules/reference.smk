@@ -15,15 +15,15 @@ rule train_reference:
         f"{RESULTS}/logs/train_reference/{{reference}}.log",
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         store=STORE,
     params:
-        threads=THREADS,  # from the config, never capped by --cores: results never depend on it
         spec=reference_spec,
         code=CODE["train_reference"],
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm train_reference --spec {params.spec:q} --threads {params.threads} --dataset-dir {params.dataset_dir}"
+        "rffm train_reference --spec {params.spec:q} --threads {resources.torch_threads} --dataset-dir {params.dataset_dir}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -59,9 +59,9 @@ rule qualify_reference:
         f"{RESULTS}/logs/qualify_reference/{{reference}}.log",
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         store=STORE,
     params:
-        threads=THREADS,  # from the config, never capped by --cores: results never depend on it
         spec=reference_spec,
         source=lambda wildcards: as_json(selection_source(wildcards.reference)),
         code=CODE["qualify_reference"],
@@ -69,6 +69,6 @@ rule qualify_reference:
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {params.threads}"
+        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {resources.torch_threads}"
         " --selection-dir {params.selection_dir} --dataset-dir {params.dataset_dir}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"

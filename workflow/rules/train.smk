@@ -12,6 +12,7 @@ rule train_epoch:
         "train_{run}"
     threads: config["epoch_threads"]
     resources:
+        torch_threads=config["epoch_threads"],  # the config's, never capped by --cores (which caps threads:)
         device=DEVICE,
         backbone_batch=BACKBONE_BATCH,
         disk_headroom=DISK_HEADROOM,
@@ -21,14 +22,13 @@ rule train_epoch:
         memo_store=MEMO_STORE,
         epoch_profile_batches=epoch_profile_batches,
     params:
-        threads=config["epoch_threads"],  # from the config, never capped by --cores: results never depend on it
         spec=epoch_spec,
         code=CODE["train_epoch"],
         cache_dir=input_dir("cache"),
         previous=previous_epoch_arg,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm train_epoch --spec {params.spec:q} --threads {params.threads} --epoch {wildcards.epoch}"
+        "rffm train_epoch --spec {params.spec:q} --threads {resources.torch_threads} --epoch {wildcards.epoch}"
         " --cache-record-dir {params.cache_dir} {params.previous} --device {resources.device}"
         " --scratch {resources.scratch} --store {resources.store} --memo-store={resources.memo_store:q}"
         " --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
