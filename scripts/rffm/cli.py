@@ -186,11 +186,27 @@ def export(args: argparse.Namespace) -> None:
 # ---- everyday commands ----
 
 
+def _judged(args: argparse.Namespace) -> tuple[dict | None, object]:
+    """(the config read, the judgment of the tree): the tree's plan records, `--config` where they agree (or with
+    --by-config); a tree without records: --config, else config/config.yaml when its `results` is this tree."""
+    from rffm.config import for_results, load
+    from rffm.records.plans import judge
+
+    given = load(args.config) if args.config else None
+    judgment = judge(args.results_dir, given, args.by_config)
+    if judgment.config is None and not args.config:
+        given = for_results(args.results_dir) or None
+        judgment = judge(args.results_dir, given, True)
+    for note in judgment.notes:
+        print(f"note: {note}")
+    return given, judgment
+
+
 def compare(args: argparse.Namespace) -> int:
-    from rffm.config import for_results
     from rffm.ops.compare import collect, render
 
-    rows = collect(args.results_dir, for_results(args.results_dir, args.config))
+    _, judgment = _judged(args)
+    rows = collect(args.results_dir, judgment.config, unknown=judgment.unknown)
     if not rows:
         print(f"no qualified runs or references under {args.results_dir}/runs")
         return 1
@@ -199,10 +215,10 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    from rffm.config import for_results
     from rffm.ops.status import collect, render
 
-    rows = collect(args.results_dir, for_results(args.results_dir, args.config), full=args.full)
+    _, judgment = _judged(args)
+    rows = collect(args.results_dir, judgment, full=args.full)
     if not rows:
         print(f"no runs under {args.results_dir}/runs")
         return 1
@@ -211,15 +227,14 @@ def status(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from rffm.config import for_results
     from rffm.ops.verify import verify_tree
 
-    config = for_results(args.results_dir, args.config)
-    report = verify_tree(args.results_dir, config, args.scratch)
+    config, judgment = _judged(args)
+    report = verify_tree(args.results_dir, config, args.scratch, judgment)
     for problem in report.broken:
         print(f"BROKEN {problem}")
     for folder in report.stale:
-        print(f"STALE {Path(args.results_dir) / folder} (the config no longer plans it; `rffm prune` removes it)")
+        print(f"STALE {Path(args.results_dir) / folder} (the plan no longer has it; `rffm prune` removes it)")
     for note in report.notes:
         print(f"note: {note}")
     for line in report.protection:
@@ -232,21 +247,38 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def prune(args: argparse.Namespace) -> int:
-    from rffm.config import for_results
     from rffm.errors import ConfigError
     from rffm.ops.prune import prune as remove
 
-    config = for_results(args.results_dir, args.config)
-    if not config:
+    _, judgment = _judged(args)
+    if judgment.config is None:
         raise ConfigError(f"{args.results_dir}: no config plans this tree, so nothing can be called stale. Fix: pass --config FILE")
-    folders = remove(args.results_dir, config, delete=args.delete)
+    folders, kept = remove(args.results_dir, judgment, delete=args.delete, qualified=args.delete_qualified)
+    kept_dirs = [Path(args.results_dir) / "runs" / run for run in kept]
     for folder in folders:
-        print(f"{'removed' if args.delete else 'stale'} {folder}")
+        held = any(folder.is_relative_to(run) for run in kept_dirs)
+        print(f"{'removed' if args.delete and not held else 'stale'} {folder}")
     if not folders:
         print(f"nothing stale under {args.results_dir}")
     elif not args.delete:
-        print(f"{len(folders)} stale folder(s); `rffm prune {args.results_dir} --delete` removes them")
+        but = " (but the qualified runs below)" if kept else ""
+        print(f"{len(folders)} stale folder(s); `{_prune_command(args, ['--delete'])}` removes them{but}")
+    for run in kept:
+        print(
+            f"kept runs/{run}: qualified (its test result); prune deletes a qualified run only when it is named. "
+            f"Fix: {_prune_command(args, ['--delete', '--delete-qualified', run])}"
+        )
     return 0
+
+
+def _prune_command(args: argparse.Namespace, extra: list[str]) -> str:
+    """This prune command again with more options (as the user typed its tree and configs)."""
+    import shlex
+
+    words = ["rffm", "prune", args.results_dir]
+    words += ["--config", *args.config] if args.config else []
+    words += ["--by-config"] if args.by_config else []
+    return shlex.join(words + extra)
 
 
 def unlock(args: argparse.Namespace) -> int:
@@ -413,9 +445,11 @@ def parser() -> argparse.ArgumentParser:
             "--config",
             nargs="+",
             metavar="FILE",
-            help="workflow config file(s), merged in order: what the current plan is "
-            "(default: config/config.yaml when its `results` is RESULTS_DIR)",
+            help="workflow config file(s), merged in order: what the current plan is (default: the plan the workflow "
+            "recorded for each run under runs/<run>/launch/; a tree without records: config/config.yaml when its "
+            "`results` is RESULTS_DIR); runs it plans otherwise than recorded are judged by the record",
         )
+        sub.add_argument("--by-config", action="store_true", help="judge by --config even where the tree recorded another plan")
 
     def store_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--store", help="the results store: a directory or gs://bucket/prefix (default: the results tree)")
@@ -505,6 +539,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--delete", action="store_true", help="remove the stale folders (default: only list them)")
+    sub.add_argument(
+        "--delete-qualified", nargs="+", default=[], metavar="RUN", help="with --delete: also these stale qualified runs' folders"
+    )
     text = "Remove the Snakemake lock of a run that was killed (never the lock of a live one); exit 0 removed, 1 not locked, 3 left alone."
     sub = verb(unlock, text)
     sub.add_argument("directory", nargs="?", default=".", help="the workflow's working directory (default: .)")
@@ -595,6 +632,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rffm` console script."""
     args = parser().parse_args(argv)
+    from rffm.runtime.device import THREADS
+
+    THREADS.clear()  # a verb called in-process after a threaded one (tests) records no thread count of its own
     try:
         result = args.func(args)
     except RffmError as exc:

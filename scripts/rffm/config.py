@@ -260,6 +260,27 @@ def schema_errors(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
 # ---- pass 2: once the shape is right ----
 
 
+def _follows_from(reference_problem: str, schema_problems: list[str]) -> bool:
+    """Whether a reference problem is a consequence of a schema problem (of its own entry or the table it names)."""
+    key = reference_problem.split(": ")[0]
+    table = {"dataset": "datasets", "backbone": "backbones"}.get(key.rsplit(".", 1)[-1], "")
+    for bad in (problem.split(": ")[0] for problem in schema_problems):
+        if bad in ("(top level)", table) or key == bad or key.startswith(f"{bad}.") or bad.startswith(f"{key}."):
+            return True
+    return False
+
+
+def _references_as_written(config: dict[str, Any]) -> list[str]:
+    """reference_errors on a config that failed the schema (no defaults): only the names it can read."""
+    sections = ("datasets", "backbones", "runs", "references")
+    readable = {k: v for k, v in config.items() if k in sections and isinstance(v, dict)}
+    readable = {k: {n: e for n, e in v.items() if isinstance(e, dict)} for k, v in readable.items()}
+    try:
+        return [p for p in reference_errors(readable) if "required for source" not in p and "needs both" not in p]
+    except (TypeError, AttributeError, KeyError):
+        return []
+
+
 def reference_errors(config: dict[str, Any]) -> list[str]:
     """Runs and backbones must name datasets and backbones that exist."""
     problems = []
@@ -560,8 +581,8 @@ def problems(
     are theirs); local_files: results and imported files are paths on this machine (not in a storage bucket)."""
     schema = load_schema(schema_path)
     found = file_problems(files) + schema_errors(config, schema)
-    if found:
-        return found
+    if found:  # the names runs and backbones refer to need no valid shape: report them in the same pass
+        return found + [p for p in _references_as_written(config) if not _follows_from(p, found)]
     filled = copy.deepcopy(config)
     fill_defaults(filled, schema, schema)
     found = reference_errors(filled) + path_problems(filled, local_files)
@@ -647,3 +668,18 @@ def for_results(results_dir: str | Path, paths: list[str | Path] | None = None) 
         return {}
     config = load([default])
     return config if Path(config["results"]).resolve() == Path(results_dir).resolve() else {}
+
+
+def check_default_file(path: str | Path, workflow: Any) -> None:
+    """The Snakefile's own configfile, before Snakemake loads it: an empty or non-mapping file stops with the
+    workflow's one line (PlanRefused) instead of Snakemake's generic message. Files given with --configfile are
+    read by Snakemake's command line before any workflow code runs, so their message stays Snakemake's."""
+    from rffm.errors import PlanRefused
+
+    settings = workflow.config_settings
+    if (settings.replace_workflow_config and settings.overwrite_config) or not Path(path).is_file():
+        return
+    try:
+        read(path)
+    except ConfigError as error:
+        raise PlanRefused(f"rffm: {error}") from None

@@ -12,7 +12,7 @@ def test_status_lists_runs_and_manifest_paths(finished_workdir: Path, capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["run", "state", "epochs"]
-    assert lines[1].split()[:3] == ["base", "qualified", "3/?"]
+    assert lines[1].split()[:3] == ["base", "qualified", "3/3"]  # the planned count from the run's plan record
     assert lines[-1] == f"run manifest: {finished_workdir}/results/runs/base/qualification/run_manifest.json"
 
 

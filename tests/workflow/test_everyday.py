@@ -66,25 +66,28 @@ def test_stale_is_not_broken_and_prune_removes_exactly_it(workdir: Path):
     write_config(workdir, tiny_config())  # the other run removed again
     assert planned_jobs(workdir) == []
 
-    verify = rffm("verify", "results", "--config", "config.yaml", cwd=workdir)
+    # the tree's records still say a config planned `extra` (removed since without running the workflow):
+    # judged by config.yaml only when told so
+    JUDGED = ("results", "--config", "config.yaml", "--by-config")
+    verify = rffm("verify", *JUDGED, cwd=workdir)
     assert verify.returncode == 0, verify.stdout
     stale = sorted(line.split()[1] for line in verify.stdout.splitlines() if line.startswith("STALE"))
     expected = ["results/runs/base/epochs/4", "results/runs/base/epochs/5"]
     expected += [f"results/runs/extra/{folder}" for folder in ("epochs/1", "epochs/2", "epochs/3", "qualification")]
     expected += [f"results/runs/extra/{folder}" for folder in ("report/qualification", "report/validation", "selection")]
     assert stale == sorted(expected)
-    status = rffm("status", "results", "--config", "config.yaml", cwd=workdir)
+    status = rffm("status", *JUDGED, cwd=workdir)
     assert status.returncode == 0 and "base  qualified  3/3" in status.stdout and "stale: runs/extra" in status.stdout
 
-    listed = rffm("prune", "results", "--config", "config.yaml", cwd=workdir)
+    listed = rffm("prune", *JUDGED, cwd=workdir)
     assert sorted(line.split()[1] for line in listed.stdout.splitlines() if line.startswith("stale ")) == sorted(expected)
     assert all((workdir / folder).exists() for folder in expected)  # a dry run first
     kept = {p for p in (workdir / "results").rglob("*") if p.is_file() and p.parts[-1] != "sentinel.json"}
-    rffm("prune", "results", "--config", "config.yaml", "--delete", cwd=workdir)
+    rffm("prune", *JUDGED, "--delete", "--delete-qualified", "extra", cwd=workdir)  # extra is qualified: named
     assert not any((workdir / folder).exists() for folder in expected)
     assert len(list((workdir / "results/ledger").rglob("*.json"))) == 2  # the ledger keeps both qualifications
     assert (workdir / "results/runs/extra/launch").exists() or not (workdir / "results/runs/extra").exists()
     remaining = {p for p in kept if p.exists()}
     assert all(not any(str(p).startswith(str(workdir / f)) for f in expected) for p in remaining)
-    assert rffm("verify", "results", "--config", "config.yaml", cwd=workdir).returncode == 0
+    assert rffm("verify", *JUDGED, cwd=workdir).returncode == 0
     assert planned_jobs(workdir) == []

@@ -59,7 +59,8 @@ def test_status_shows_each_run_state_from_its_sentinels(three_runs: Path, capsys
         "queued": ("pending", "0/3", "-", False, "ok"),
     }
     # one distinct artifact has been evaluated on the tiny test split; every run of that split sees it
-    assert {row["test exposure"] for row in rows.values()} == {"1"}
+    assert rows["base"]["test exposure: run (split)"] == "once (split: 1 artifact)"
+    assert rows["picked"]["test exposure: run (split)"] == "never (split: 1 artifact)"
     assert rows["base"]["artifact"] == rows["picked"]["artifact"] != "-"
     assert rows["midway"]["best val_accuracy @epoch"].endswith("@1")
     assert rest == [f"run manifest: {three_runs}/results/runs/base/qualification/run_manifest.json"]
@@ -77,15 +78,19 @@ def test_status_flags_a_damaged_run_and_names_the_file(three_runs: Path, capsys)
     assert rows["picked"]["verify (full)"] == "BROKEN (1)"
 
 
-def test_without_a_config_the_plan_is_unknown(three_runs: Path, capsys, monkeypatch):
+def test_without_a_config_the_plan_comes_from_the_tree(three_runs: Path, capsys, monkeypatch):
+    """base: its plan record; picked (copied, so no record of its own): the epochs its selection consumed;
+    midway: nothing says its count. A tree without records falls back to config/config.yaml."""
     monkeypatch.chdir(three_runs)  # no config/config.yaml here
     main(["status", "results"])
     rows, _ = table(capsys)
     assert {run: (row["state"], row["epochs"]) for run, row in rows.items()} == {
-        "base": ("qualified", "3/?"),
-        "picked": ("selected", "3/?"),
+        "base": ("qualified", "3/3"),
+        "picked": ("selected", "3/3"),
         "midway": ("training", "1/?"),
     }
+    for plan in (three_runs / "results/runs").glob("*/launch/plan-*.json"):
+        plan.unlink()  # a tree from before plan records
     (three_runs / "config").mkdir()
     shutil.copy(three_runs / "config.yaml", three_runs / "config/config.yaml")  # its `results` is this tree
     main(["status", "results"])

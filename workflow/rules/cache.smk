@@ -10,6 +10,7 @@ rule build_cache:
         cache_group
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         device=DEVICE,
         backbone_batch=BACKBONE_BATCH,
         disk_headroom=DISK_HEADROOM,
@@ -26,7 +27,7 @@ rule build_cache:
         out_dir=output_dir("sentinel"),
     shell:
         "rffm build_cache --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"
-        " --disk-headroom {resources.disk_headroom} --device {resources.device} --threads {threads}"
+        " --disk-headroom {resources.disk_headroom} --device {resources.device} --threads {resources.torch_threads}"
         " --scratch {resources.scratch} --store {resources.store}"
         " --profile-runs {resources.cache_profile_runs} --profile-batches {resources.cache_profile_batches}"
         " --dataset-dir {params.dataset_dir} --backbone-dir {params.backbone_dir} --encoder {params.encoder:q}"

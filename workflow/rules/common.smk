@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from rffm import config as rffm_config
 from rffm.data.sources import input_files as source_input_files
 from rffm.errors import PlanRefused, RffmError
-from rffm.records import launch, ledger
+from rffm.records import launch, ledger, plans
 from rffm.records.code import code_digest
 from rffm.records.layout import (
     SPLITS,
@@ -33,7 +33,8 @@ from rffm.ops.unlock import lock_line, record_owner
 try:
     rffm_config.check(config, **rffm_config.snakemake_settings(workflow))
 except RffmError as error:
-    raise WorkflowError(str(error)) from None
+    # PlanRefused is a SystemExit: Snakemake prints the lines as they are (no "WorkflowError in file" frame)
+    raise PlanRefused(f"rffm: {error}") from None
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).
@@ -631,6 +632,7 @@ def on_start():
         )
     except RffmError as error:  # before any job: stop with the one line
         raise PlanRefused(f"rffm: {error}") from None
+    record_plans()
 
 
 # ---- bring your own backbone (rffm.model.encoder): the cache's encoder, the user's code, the cache planner ----
@@ -670,3 +672,81 @@ if (
 ):
     if LOCK_LINE := lock_line(os.getcwd()):
         print(LOCK_LINE, file=sys.stderr)
+
+
+# ---- the plan records (rffm.records.plans) ----
+
+
+def record_plans():
+    """Record which config files (and --config values) planned every run, for the everyday commands."""
+    settings = workflow.config_settings
+    plans.record_plans(
+        config,
+        rffm_config.snakemake_settings(workflow)["files"],
+        dict(settings.config or {}),
+        open_store(STORE),
+        replaced=bool(settings.replace_workflow_config and settings.overwrite_config),
+        cwd=os.getcwd(),
+        snakefile=str(workflow.main_snakefile),
+    )
+
+
+# ---- the targets named on the command line (checked at the Snakefile's end, once all rules exist) ----
+
+
+def command_line_targets():
+    """The targets of the `snakemake` command line that is parsing this workflow (Snakemake hands them to the
+    workflow only after parsing it); none for a job, an API caller (rffm posttrain) or an unreadable line.
+    """
+    if not workflow.is_main_process or workflow.remote_exec:
+        return []
+    if "snakemake" not in os.path.basename(os.path.dirname(sys.argv[0]) + sys.argv[0]):
+        return []
+    try:
+        from snakemake.cli import get_argument_parser
+
+        return sorted(get_argument_parser().parse_args(sys.argv[1:]).targets or [])
+    except (
+        SystemExit,
+        Exception,
+    ):  # whatever Snakemake's own parser makes of it, it reports itself
+        return []
+
+
+def check_targets():
+    """One line for a target nothing here can make (a misspelt rule or run id, an epoch beyond a run's plan),
+    naming what is configured, instead of Snakemake's MissingRuleException or a plan beyond the config.
+    """
+    runs = {**config["runs"], **config["references"]}
+    prefix = os.path.normpath(RESULTS).split("/")
+    for target in command_line_targets():
+        parts = os.path.normpath(target).split("/")
+        if workflow.is_rule(target) or (len(parts) == 1 and os.path.exists(target)):
+            continue
+        if len(parts) == 1:
+            targets = ", ".join(sorted(r.name for r in workflow.rules))
+            raise PlanRefused(
+                f"rffm: target {target!r}: the workflow has no such target. Fix: name one of its rules ({targets}) "
+                f"or a file under {RESULTS}/"
+            )
+        rest = parts[len(prefix) :] if parts[: len(prefix)] == prefix else []
+        if len(rest) < 2 or rest[0] != "runs":
+            continue
+        if rest[1] not in runs:
+            raise PlanRefused(
+                f"rffm: target {target}: {rest[1]!r} is no configured run or reference (configured: "
+                f"{', '.join(sorted(runs)) or 'none'}). Fix: name one of them, or add the run to the config"
+            )
+        if (
+            len(rest) > 3
+            and rest[2] == "epochs"
+            and rest[1] in config["runs"]
+            and rest[3].isdigit()
+        ):
+            planned = config["runs"][rest[1]]["train"]["epochs"]
+            if not 1 <= int(rest[3]) <= planned:
+                raise PlanRefused(
+                    f"rffm: target {target}: runs.{rest[1]}.train.epochs plans epochs 1 to {planned}, not {rest[3]}. "
+                    f"Fix: name an epoch from 1 to {planned}, or raise runs.{rest[1]}.train.epochs (a qualified run "
+                    "is frozen: give it a new id)"
+                )

@@ -18,13 +18,14 @@ rule export:
     threads: THREADS
     resources:
         store=STORE,
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
     params:
         spec=run_spec,
         code=CODE["export"],
         dirs=export_dirs,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm export --spec {params.spec:q} --threads {threads}"
+        "rffm export --spec {params.spec:q} --threads {resources.torch_threads}"
         " --qualification-dir {params.dirs[qualification]} --selection-dir {params.dirs[selection]}"
         " --dataset-dir {params.dirs[dataset]} --backbone-dir {params.dirs[backbone]}"
         " --cache-record-dir {params.dirs[cache]}"

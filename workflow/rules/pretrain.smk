@@ -12,6 +12,7 @@ rule pretrain_backbone:
         backbone=names_pattern(backbones_with_source("pretrain", "random")),
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         device=DEVICE,
     params:
         spec=backbone_spec,
@@ -19,7 +20,7 @@ rule pretrain_backbone:
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm pretrain_backbone --spec {params.spec:q} --threads {threads} --device {resources.device}"
+        "rffm pretrain_backbone --spec {params.spec:q} --threads {resources.torch_threads} --device {resources.device}"
         " --dataset-dir {params.dataset_dir} --out-dir {params.out_dir} > {log} 2>&1"
 
 

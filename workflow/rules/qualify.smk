@@ -30,6 +30,7 @@ rule qualify:
         f"{RESULTS}/logs/qualify/{{run}}.log",
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         device=DEVICE,
         backbone_batch=BACKBONE_BATCH,
         batch_profile=BATCH_PROFILE,
@@ -42,7 +43,7 @@ rule qualify:
         dirs=qualify_dirs,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm qualify --spec {params.spec:q} --source {params.source:q} --threads {threads}"
+        "rffm qualify --spec {params.spec:q} --source {params.source:q} --threads {resources.torch_threads}"
         " --selection-dir {params.dirs[selection]} --dataset-dir {params.dirs[dataset]}"
         " --backbone-dir {params.dirs[backbone]} --cache-record-dir {params.dirs[cache]}"
         " --epoch-dirs {params.dirs[epochs]} --launch-profile={resources.launch_profile:q}"

@@ -15,6 +15,7 @@ rule train_reference:
         f"{RESULTS}/logs/train_reference/{{reference}}.log",
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         store=STORE,
     params:
         spec=reference_spec,
@@ -22,7 +23,7 @@ rule train_reference:
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm train_reference --spec {params.spec:q} --threads {threads} --dataset-dir {params.dataset_dir}"
+        "rffm train_reference --spec {params.spec:q} --threads {resources.torch_threads} --dataset-dir {params.dataset_dir}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -58,6 +59,7 @@ rule qualify_reference:
         f"{RESULTS}/logs/qualify_reference/{{reference}}.log",
     threads: THREADS
     resources:
+        torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
         store=STORE,
     params:
         spec=reference_spec,
@@ -67,6 +69,6 @@ rule qualify_reference:
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {threads}"
+        "rffm qualify_reference --spec {params.spec:q} --source {params.source:q} --threads {resources.torch_threads}"
         " --selection-dir {params.selection_dir} --dataset-dir {params.dataset_dir}"
         " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"

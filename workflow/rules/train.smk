@@ -12,6 +12,7 @@ rule train_epoch:
         "train_{run}"
     threads: config["epoch_threads"]
     resources:
+        torch_threads=config["epoch_threads"],  # the config's, never capped by --cores (which caps threads:)
         device=DEVICE,
         backbone_batch=BACKBONE_BATCH,
         disk_headroom=DISK_HEADROOM,
@@ -28,7 +29,7 @@ rule train_epoch:
         previous=previous_epoch_arg,
         out_dir=output_dir("sentinel"),
     shell:
-        "rffm train_epoch --spec {params.spec:q} --threads {threads} --epoch {wildcards.epoch}"
+        "rffm train_epoch --spec {params.spec:q} --threads {resources.torch_threads} --epoch {wildcards.epoch}"
         " --cache-record-dir {params.cache_dir} {params.previous} {params.members} --device {resources.device}"
         " --scratch {resources.scratch} --store {resources.store} --memo-store={resources.memo_store:q}"
         " --batch-size {resources.backbone_batch} --batch-profile {resources.batch_profile}"

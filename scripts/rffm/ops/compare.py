@@ -2,8 +2,9 @@
 
 Read from each qualified run's manifest and its steps' provenance only (never from data). Roles: a run on
 a backbone of source `random` is the floor, a run on any other backbone the frozen backbone, a reference
-(`references:` in the config) the end-to-end CNN. Wall time is the sum of the durations of the steps that
-produced the result after staging: backbone, cache, every epoch, selection and qualification for a run;
+(`references:` in the config) the end-to-end CNN. Step time is the sum of the recorded durations of the
+steps that produced the result after staging (each step's own work: not its process start nor Snakemake's
+scheduling): backbone, cache, every epoch, selection and qualification for a run;
 training (with selection) and qualification for a reference. A backbone or cache several runs share
 counts in each of them.
 """
@@ -49,11 +50,16 @@ def role_of(manifest: dict[str, Any]) -> str:
     return "floor" if manifest["backbone"]["source"] == "random" else "frozen backbone"
 
 
-def collect(results_dir: str | Path, config: dict[str, Any] | None = None, names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per qualified run or reference (of the config's, or those named, when given), floor first."""
+def collect(
+    results_dir: str | Path, config: dict[str, Any] | None = None, names: list[str] | None = None, unknown: list[str] = ()
+) -> list[dict[str, Any]]:
+    """One row per qualified run or reference (of the config's and the `unknown` runs no plan speaks for, or those
+    named, when given), floor first."""
+    from rffm.ops.status import exposure
+
     results = Path(results_dir)
     if names is None and config:
-        names = [*config.get("runs", {}), *config.get("references", {})]
+        names = [*config.get("runs", {}), *config.get("references", {}), *unknown]
     rows = []
     for path in sorted(results.glob("runs/*/qualification/run_manifest.json")):
         run_dir = path.parents[1]
@@ -74,6 +80,7 @@ def collect(results_dir: str | Path, config: dict[str, Any] | None = None, names
                 "wall_s": wall_time(results, run_dir, manifest),
                 "exposure_count": quality["exposure_count"],
                 "member": manifest.get("selection", {}).get("member"),  # a sweep's chosen member
+                "exposure": exposure(results, run_dir, None),
             }
         )
     return sorted(rows, key=lambda r: (ROLES.index(r["role"]), r["run"]))
@@ -82,7 +89,10 @@ def collect(results_dir: str | Path, config: dict[str, Any] | None = None, names
 def render(rows: list[dict[str, Any]]) -> str:
     """A plain-text table, one row per result, and a line saying what wall time counts."""
     high = rows[0]["high_snr_db"] if rows else 10
-    header = ["role", "run", "dataset", "backbone / model", "test acc", f"acc >={high:g} dB", "macro-F1", "wall time"]
+    from rffm.ops.status import exposure_words
+
+    header = ["role", "run", "dataset", "backbone / model", "test acc", f"acc >={high:g} dB", "macro-F1", "step time"]
+    header.append("test exposure: run (split)")
     table = [header]
     for r in rows:
         wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.0f} s"
@@ -96,12 +106,15 @@ def render(rows: list[dict[str, Any]]) -> str:
                 f"{r['accuracy_high_snr']:.3f}",
                 f"{r['macro_f1']:.3f}",
                 wall,
+                exposure_words(r["exposure"]),
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines.append(
-        "wall time: the steps after staging (backbone, cache, epochs, selection, qualification; end-to-end: training, qualification)"
+        "step time: the sum of the recorded durations of the steps after staging (backbone, cache, epochs, selection, "
+        "qualification; end-to-end: training, qualification), each from its work's start to its end: not the process "
+        "start (Python, torch imports) nor Snakemake's scheduling, so less than the run's wall-clock time"
     )
     return "\n".join(lines)
 

@@ -1,40 +1,55 @@
-"""`rffm prune`: remove what the current config no longer plans (stale step folders), dry run first.
+"""`rffm prune`: remove what the plan no longer has (stale step folders), dry run first.
 
 Stale is not broken: the outputs of a removed run, of epochs beyond the configured count, of a
 dataset or backbone no run uses any more stay valid records of what was computed; they only stop
 counting for `rffm verify` and `rffm status`. Prune deletes them on request. It never touches the
 records of the results store — the ledger, the artifacts, the memo of completed steps — nor a run's
-launch records, nor the logs.
+launch and plan records, nor the logs, and never a qualified run's folders (its test result) unless
+that run is named on the command line (`--delete-qualified RUN`).
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
-from rffm.records.layout import KEPT, SENTINEL_NAME, planned_steps
+from rffm.records.layout import KEPT, SENTINEL_NAME
+from rffm.records.plans import Judgment
 
 
-def stale_folders(results_dir: str | Path, config: dict) -> list[Path]:
-    """Step folders with a sentinel that the config's plan does not write (never a kept record)."""
+def stale_folders(results_dir: str | Path, config: dict[str, Any] | Judgment) -> list[Path]:
+    """Step folders with a sentinel that the plan (a judgment, or a config) does not write (never a kept record)."""
     results = Path(results_dir)
-    planned = planned_steps(config)
+    judgment = config if isinstance(config, Judgment) else Judgment(config)
     stale = []
     for sentinel_path in sorted(results.rglob(SENTINEL_NAME)):
         folder = sentinel_path.parent.relative_to(results).as_posix()
-        if folder.split("/")[0] not in KEPT and folder not in planned:
+        if folder.split("/")[0] not in KEPT and not judgment.is_planned(folder):
             stale.append(sentinel_path.parent)
     return stale
 
 
-def prune(results_dir: str | Path, config: dict, delete: bool = False) -> list[Path]:
-    """The stale step folders (removed when `delete`), and run folders left empty but for their launch records."""
+def qualified_stale_runs(results_dir: str | Path, stale: list[Path]) -> list[str]:
+    """Runs whose qualification folder is among the stale folders: deleting them would delete a test result."""
+    results = Path(results_dir)
+    return sorted({f.parent.name for f in stale if f.name == "qualification" and f.parent.parent == results / "runs"})
+
+
+def prune(
+    results_dir: str | Path, config: dict[str, Any] | Judgment, delete: bool = False, qualified: list[str] | None = None
+) -> tuple[list[Path], list[str]]:
+    """(the stale step folders, removed when `delete`; the qualified runs whose folders are kept because they were
+    not named in `qualified`). Run folders left empty but for their launch records are removed too."""
     stale = stale_folders(results_dir, config)
+    kept = [run for run in qualified_stale_runs(results_dir, stale) if run not in (qualified or [])]
+    keep = [Path(results_dir) / "runs" / run for run in kept]
     if delete:
-        for folder in stale:
+        removed = [folder for folder in stale if not any(folder.is_relative_to(run) for run in keep)]
+        for folder in removed:
             shutil.rmtree(folder)
-        for folder in {path.parent for path in stale}:
+        for folder in {path.parent for path in removed}:
             while folder != Path(results_dir) and folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
                 folder = folder.parent
-    return stale
+    return stale, kept

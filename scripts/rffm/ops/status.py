@@ -20,7 +20,8 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.ops.verify import step_problems
 from rffm.records import ledger, provenance
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, planned_steps, split_file
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, split_file
+from rffm.records.plans import Judgment
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
 from rffm.training.selection import best as best_epoch
@@ -58,19 +59,40 @@ def quick_problems(sentinel_path: Path) -> list[str]:
     return problems + link_problems(sentinel_path, body)
 
 
-def integrity(run_dir: Path, planned: set[str] | None, full: bool = False) -> list[str]:
-    """Problems found in the run's planned sentinels (fast check, or the full `rffm verify` check)."""
+def integrity(run_dir: Path, planned: Judgment | None, full: bool = False) -> list[str]:
+    """Problems found in the run's planned sentinels (fast check), or (full) what `rffm verify` finds in the
+    run's folders and in the step folders it consumed (dataset, backbone, cache: followed through its links)."""
     problems = []
     results = run_dir.parent.parent
-    for sentinel_path in sorted(run_dir.rglob(SENTINEL_NAME)):
-        if planned is not None and sentinel_path.parent.relative_to(results).as_posix() not in planned:
+    sentinels = sorted(run_dir.rglob(SENTINEL_NAME))
+    if full:
+        sentinels += upstream_sentinels(results, sentinels)
+    for sentinel_path in sentinels:
+        if planned is not None and not planned.is_planned(sentinel_path.parent.relative_to(results).as_posix()):
             continue  # stale: not part of the current plan
         problems += step_problems(sentinel_path) if full else quick_problems(sentinel_path)
     return problems
 
 
-def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> int | None:
-    """Distinct artifacts evaluated on the run's test split so far, from the ledger."""
+def upstream_sentinels(results: Path, sentinels: list[Path]) -> list[Path]:
+    """The sentinels outside the run that its sentinels link to, transitively (dataset, backbone, cache)."""
+    seen = {path.resolve() for path in sentinels}
+    found, todo = [], list(sentinels)
+    while todo:
+        path = todo.pop()
+        for link in ((_sentinel(path) or {}).get("inputs") or {}).values():
+            if not isinstance(link, dict) or not isinstance(link.get("path"), str):
+                continue
+            target = (path.parent / link["path"]).resolve()
+            if target not in seen and target.exists() and target.is_relative_to(results.resolve()):
+                seen.add(target)
+                found.append(results / target.relative_to(results.resolve()))
+                todo.append(target)
+    return sorted(found)
+
+
+def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> tuple[int, int] | None:
+    """(times this run was qualified on its test split, distinct artifacts evaluated on that split so far), from the ledger."""
     qualification = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
     if qualification and "dataset" in qualification["inputs"]:
         dataset_dir = (run_dir / "qualification" / qualification["inputs"]["dataset"]["path"]).parent.resolve()
@@ -82,9 +104,20 @@ def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> int | Non
     if dataset_sentinel is None or split_file("test") not in dataset_sentinel["outputs"]:
         return None
     try:
-        return ledger.exposure_count(PosixStore(results_dir), record_digest(dataset_sentinel["outputs"][split_file("test")]))
+        found = ledger.entries(PosixStore(results_dir), record_digest(dataset_sentinel["outputs"][split_file("test")]))
     except IntegrityError:
         return None  # a damaged ledger shows as a problem of the run's qualification
+    own = {entry["artifact_sha256"] for _, entry in found if entry.get("run") == run_dir.name}
+    return len(own), len({entry["artifact_sha256"] for _, entry in found})
+
+
+def recorded_epochs(run_dir: Path) -> int | None:
+    """The epoch count the run's selection consumed (its own record of the plan, when no config says it)."""
+    selection = _sentinel(run_dir / "selection" / SENTINEL_NAME)
+    if not selection or selection.get("selection", {}).get("kind") == "end_to_end":
+        return None
+    epochs = [role for role in selection["inputs"] if role.startswith("epoch")]
+    return len(epochs) or None
 
 
 def restored(run_dir: Path, epochs: list[int]) -> list[int]:
@@ -113,10 +146,10 @@ def state_of(epochs_done: int, planned: int | None, selected: bool, qualified: b
     return "trained" if planned is not None else "training"
 
 
-def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False, planned: set[str] | None = None) -> dict[str, Any]:
+def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = False, planned: Judgment | None = None) -> dict[str, Any]:
     """What one run has done so far, from its sentinels (only the planned epochs when the plan is known)."""
     plan = plan or {}
-    epochs_planned = plan.get("train", {}).get("epochs")
+    epochs_planned = plan.get("train", {}).get("epochs") or (None if plan else recorded_epochs(run_dir))
     epochs = []
     selection_sentinel = _sentinel(run_dir / "selection" / SENTINEL_NAME)
     chosen = selection_sentinel["selection"].get("member") if selection_sentinel else None  # of a sweep
@@ -149,22 +182,23 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
         "test_macro_f1": qualification["macro_f1"] if qualification else None,
         "test_high_snr": qualification.get("accuracy_high_snr") if qualification else None,
         "restored_epochs": restored(run_dir, [m["epoch"] for m in epochs]),
-        "exposure_count": exposure(run_dir.parent.parent, run_dir, plan.get("dataset")),
+        "exposure": exposure(run_dir.parent.parent, run_dir, plan.get("dataset")),
         "problems": integrity(run_dir, planned, full),
         "manifest": str(manifest) if qualification and manifest.exists() else None,
     }
 
 
-def collect(results_dir: str | Path, config: dict[str, Any] | None = None, full: bool = False) -> list[dict[str, Any]]:
-    """Status of every configured run (started or not); without a config, of every run under results/runs."""
+def collect(results_dir: str | Path, config: dict[str, Any] | Judgment | None = None, full: bool = False) -> list[dict[str, Any]]:
+    """Status of every planned run (started or not) and of the runs no plan speaks for; without a plan, of every
+    run under results/runs. `config`: the judgment of the tree (rffm.records.plans.judge), or a config."""
+    judgment = config if isinstance(config, Judgment) else Judgment(config or None)
     runs_dir = Path(results_dir) / "runs"
-    configured = {**(config or {}).get("runs", {}), **(config or {}).get("references", {})}
+    configured = {**(judgment.config or {}).get("runs", {}), **(judgment.config or {}).get("references", {})}
     present = {d.name for d in runs_dir.iterdir() if d.is_dir()} if runs_dir.is_dir() else set()
-    if not config:
+    if judgment.config is None:
         return [run_status(runs_dir / name, None, full) for name in sorted(present)]
-    planned = planned_steps(config)
-    rows = [run_status(runs_dir / name, configured[name], full, planned) for name in sorted(configured)]
-    return rows + [{"run": name, "state": "stale"} for name in sorted(present - set(configured))]
+    rows = [run_status(runs_dir / name, configured.get(name), full, judgment) for name in sorted({*configured, *judgment.unknown})]
+    return rows + [{"run": name, "state": "stale"} for name in sorted(present - set(configured) - set(judgment.unknown))]
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -173,6 +207,15 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+def exposure_words(exposure: tuple[int, int] | None) -> str:
+    """'once (split: 3 artifacts)': this run's own qualifications on its test split, then the split's count."""
+    if exposure is None:
+        return "-"
+    own, split = exposure
+    times = {0: "never", 1: "once"}.get(own, f"{own} times")
+    return f"{times} (split: {split} artifact{'s' if split != 1 else ''})"
 
 
 def render(rows: list[dict[str, Any]], full: bool = False) -> str:
@@ -184,7 +227,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     mixed = len(metrics) > 1
     best_header = "best val metric" if mixed else f"best {metrics[0]}"
     header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "artifact", "test acc"]
-    header += [f"acc >={high:g} dB", "macro-F1", "test exposure", "restored", "verify" + (" (full)" if full else " (fast)")]
+    header += [f"acc >={high:g} dB", "macro-F1", "test exposure: run (split)", "restored", "verify" + (" (full)" if full else " (fast)")]
     table = [header]
     for r in rows:
         best = "-" if r["best_value"] is None else f"{_fmt(r['best_value'])} @{r['best_epoch']}"
@@ -201,7 +244,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
                 _fmt(r["test_accuracy"]),
                 _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),
                 _fmt(r["test_macro_f1"]),
-                _fmt(r["exposure_count"]),
+                exposure_words(r["exposure"]),
                 ",".join(map(str, r.get("restored_epochs") or [])) or "-",  # epochs restored from the memo, not trained here
                 f"BROKEN ({len(r['problems'])})" if r["problems"] else "ok",
             ]

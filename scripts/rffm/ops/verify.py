@@ -17,6 +17,8 @@ from rffm.errors import IntegrityError
 from rffm.records import ledger, memo, provenance
 from rffm.records.files import sha256_file
 from rffm.records.layout import ARTIFACTS, EXPORTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
+from rffm.records.plans import Judgment, plan_problems
+from rffm.records.rebuild import rebuild_command
 from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
 from rffm.records.store import PosixStore
 
@@ -36,7 +38,11 @@ def step_problems(sentinel_path: Path) -> list[str]:
     """A step folder's problems: its sentinel, outputs, upstream links and provenance."""
     try:
         body = read_sentinel(sentinel_path)
-        problems = sentinel_problems(sentinel_path) + link_problems(sentinel_path, body)
+        damaged = sentinel_problems(sentinel_path)
+        if damaged:  # the step's outputs no longer match: rebuilding the step replaces them
+            fix = f". Fix: {rebuild_command(sentinel_path, remove=True)}"
+            damaged = [problem + fix for problem in damaged]
+        problems = damaged + link_problems(sentinel_path, body)
         record = provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
         named = {problem.split(": ")[0] for problem in problems}  # every problem starts with the file it names
         partial = [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
@@ -171,37 +177,37 @@ def recorded_caches(results: Path) -> dict[str, Path]:
     return found
 
 
-def verify_tree(results_dir: str | Path, config: dict[str, Any] | None = None, scratch: str | Path | None = None) -> Report:
-    """Check everything under a results tree; with the config, folders its plan no longer writes are stale, not checked."""
+def verify_tree(
+    results_dir: str | Path, config: dict[str, Any] | None = None, scratch: str | Path | None = None, judgment: Judgment | None = None
+) -> Report:
+    """Check everything under a results tree; folders the plan (`judgment`, else `config`) no longer writes are stale, not checked."""
     results = Path(results_dir)
     report = Report()
-    planned = planned_steps(config) if config else None
+    judgment = judgment or Judgment(config or None)
     for sentinel_path in sorted(results.rglob(SENTINEL_NAME)):
         folder = sentinel_path.parent.relative_to(results).as_posix()
         if folder.split("/")[0] in KEPT:
             continue  # memo entries: checked below
-        if planned is not None and folder not in planned:
+        if not judgment.is_planned(folder):
             report.stale.append(folder)
             continue
         report.checked += 1
         report.broken += step_problems(sentinel_path)
     for provenance_path in sorted(results.rglob(PROVENANCE_NAME)):  # a step folder whose sentinel is gone
         folder = provenance_path.parent.relative_to(results).as_posix()
-        if (
-            folder.split("/")[0] not in KEPT
-            and (planned is None or folder in planned)
-            and not (provenance_path.parent / SENTINEL_NAME).exists()
-        ):
+        if folder.split("/")[0] not in KEPT and judgment.is_planned(folder) and not (provenance_path.parent / SENTINEL_NAME).exists():
             report.broken.append(
                 f"{provenance_path.parent / SENTINEL_NAME}: missing (deleted, or its step was interrupted); nothing vouches for "
-                f"{provenance_path.parent}. Fix: rerun snakemake."
+                f"{provenance_path.parent}. Fix: {rebuild_command(provenance_path.parent / SENTINEL_NAME)}"
             )
     report.broken += ledger_problems(results) + artifact_problems(results) + memo_problems(results) + launch_problems(results)
     report.broken += export_problems(results)
     report.protection = [f"{where}: {what}" for where, what in ledger.protections(PosixStore(results))]
-    scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config else None)
+    report.broken += plan_problems(results)
+    scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config and config.get("scratch") else None)
     if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch
-        records = [f for f in planned_steps(config) if f.startswith("caches/")] if config else list(recorded_caches(results))
+        plan = judgment.config
+        records = [f for f in planned_steps(plan) if f.startswith("caches/")] if plan else list(recorded_caches(results))
         folders = {folder: scratch / Path(folder).name for folder in records}
     else:  # where each cache record's build kept its cache
         folders = recorded_caches(results)

@@ -157,6 +157,13 @@ def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None)
     return problems
 
 
+def _rebuild(sentinel_path: Path) -> str:
+    """The command that rebuilds a damaged step (records/rebuild.py; imported here only when needed)."""
+    from rffm.records.rebuild import rebuild_command
+
+    return rebuild_command(sentinel_path, remove=True)
+
+
 def require_intact(sentinel_path: str | Path, files: list[str], consumer: str) -> dict[str, Any]:
     """Stop with one clear line unless the sentinel, its links and the named files are intact; return it.
 
@@ -170,6 +177,6 @@ def require_intact(sentinel_path: str | Path, files: list[str], consumer: str) -
         raise IntegrityError(
             f"{consumer} refuses to start: {problems[0]}"
             + (f" (and {len(problems) - 1} more problem(s) under {sentinel_path.parent})" if len(problems) > 1 else "")
-            + f". Fix: restore the file, or delete {sentinel_path} and rerun snakemake so {body['stage']} rebuilds it."
+            + f". Fix: restore the file, or rebuild it with {body['stage']}: {_rebuild(sentinel_path)}"
         )
     return body

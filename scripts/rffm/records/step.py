@@ -79,6 +79,12 @@ class Step:
             "code_sha256": code_digest(self.code),
         }
 
+    def threads(self) -> dict[str, int]:
+        """The torch thread count this step computed with, when it fixed one (CPU float sums depend on it)."""
+        from rffm.runtime.device import THREADS
+
+        return {"torch_threads": THREADS[0]} if THREADS else {}
+
     def provenance_record(self) -> dict[str, Any]:
         """Where and how this run happened, fixed at the first call (a step that reports it in an output asks early)."""
         if self._provenance is None:
@@ -87,7 +93,7 @@ class Step:
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         if exc_type is None:
-            sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.facts})
+            sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.threads(), **self.facts})
             # outputs the sentinel vouches for only in part (JSON without non-deterministic keys): their full bytes
             full = {name: sha256_file(self.out_dir / name) for name, record in self.outputs.items() if "excluding" in record}
             provenance.write(self.provenance_path, {**self.provenance_record(), **({"outputs_sha256": full} if full else {})}, sentinel)

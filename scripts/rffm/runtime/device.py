@@ -10,11 +10,15 @@ from rffm.errors import ConfigError
 GPU_GRANT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "RFFM_GPUS_REQUESTED")
 
 
+THREADS: list[int] = []  # the intra-op thread count setup() fixed in this process (a step's sentinel records it)
+
+
 def setup(threads: int) -> None:
     """Fixed intra-op threads and deterministic algorithms: bit-identical CPU results."""
     import torch
 
     torch.set_num_threads(threads)
+    THREADS[:] = [threads]
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 

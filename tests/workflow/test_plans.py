@@ -1,0 +1,187 @@
+"""The tree knows which configs planned it (issue 25): status, verify, compare and prune judge it by the plan
+records the workflow wrote when it started, and every printed Fix works when followed literally."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, REPO, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+RUN = Path("results/runs/base")
+
+
+def rffm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "rffm"), *args], cwd=cwd, capture_output=True, text=True)
+
+
+def rows(status: str) -> dict[str, list[str]]:
+    """The status table's rows by run (cells split on runs of 2+ spaces)."""
+    lines = status.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    width = len(re.split(r"\s{2,}", lines[header]))
+    table = [re.split(r"\s{2,}", line) for line in lines[header + 1 :]]
+    return {cells[0]: cells for cells in table if len(cells) == width}
+
+
+def with_default_config(workdir: Path) -> Path:
+    """The checkout's config/config.yaml beside the tree, as after the tiny recipe in a checkout (its `results` is this tree)."""
+    (workdir / "config").mkdir(exist_ok=True)
+    shutil.copy(REPO / "config/config.yaml", workdir / "config/config.yaml")
+    return workdir
+
+
+def test_the_workflow_records_what_planned_each_run_once_per_change(workdir: Path):
+    record = json.loads((workdir / RUN / "launch/plan-1.json").read_text())
+    assert record["run"] == "base" and record["plan"]["runs"]["base"]["train"]["epochs"] == 3
+    assert [f["path"] for f in record["files"]] == ["config.yaml"]  # as read in the workflow's directory
+    assert set(record["plan"]["datasets"]) == {"tiny"} and set(record["plan"]["backbones"]) == {"mini"}
+    snakemake(workdir)  # the same plan again: no new record
+    assert sorted(p.name for p in (workdir / RUN / "launch").glob("plan-*.json")) == ["plan-1.json"]
+    config = tiny_config()
+    config["runs"]["base"]["train"]["epochs"] = 4
+    write_config(workdir, config)
+    snakemake(workdir, "validation_selection")
+    second = json.loads((workdir / RUN / "launch/plan-2.json").read_text())
+    assert second["plan"]["runs"]["base"]["train"]["epochs"] == 4
+    assert json.loads((workdir / RUN / "launch/plan-1.json").read_text()) == record  # create-only: the first is kept
+
+
+def test_bare_commands_judge_the_tree_by_its_records_not_config_yaml(workdir: Path):
+    """Acceptance 1: after the tiny recipe in a checkout whose config/config.yaml plans `baseline`, the bare
+    commands report the tiny run as qualified, clean and not stale, and prune deletes nothing."""
+    with_default_config(workdir)
+    status = rffm("status", cwd=workdir)
+    assert status.returncode == 0, status.stderr
+    table = rows(status.stdout)
+    assert set(table) == {"base"} and table["base"][1:3] == ["qualified", "3/3"], status.stdout
+    assert "stale" not in status.stdout and "BROKEN" not in status.stdout
+    verify = rffm("verify", "results", cwd=workdir)
+    assert verify.returncode == 0 and "STALE" not in verify.stdout and "0 problem(s), 0 stale" in verify.stdout, verify.stdout
+    compare = rffm("compare", "results", cwd=workdir)
+    assert compare.returncode == 0 and re.search(r"^frozen backbone\s+base\s", compare.stdout, re.M), compare.stdout
+    before = sorted(p.relative_to(workdir) for p in (workdir / "results").rglob("*"))
+    prune = rffm("prune", "results", "--delete", cwd=workdir)
+    assert prune.returncode == 0 and "nothing stale" in prune.stdout, prune.stdout
+    assert sorted(p.relative_to(workdir) for p in (workdir / "results").rglob("*")) == before
+
+
+def test_a_given_config_that_contradicts_the_record_is_named_in_one_line(workdir: Path):
+    with_default_config(workdir)
+    status = rffm("status", "results", "--config", "config/config.yaml", cwd=workdir)
+    notes = [line for line in status.stdout.splitlines() if line.startswith("note: plan:")]
+    assert len(notes) == 1 and "runs base" in notes[0] and "--by-config" in notes[0], status.stdout
+    table = rows(status.stdout)
+    assert table["base"][1] == "qualified" and table["baseline"][1] == "pending"  # base judged by its record
+    by_config = rffm("status", "results", "--config", "config/config.yaml", "--by-config", cwd=workdir)
+    assert "stale: runs/base" in by_config.stdout and "note: plan:" not in by_config.stdout
+
+
+def test_prune_deletes_a_qualified_run_only_when_it_is_named(workdir: Path):
+    config = tiny_config()
+    config["runs"]["extra"] = {**config["runs"]["base"], "train": {**config["runs"]["base"]["train"], "seed": 1}}
+    config["runs"]["extra"].pop("profiling")
+    write_config(workdir, config)
+    snakemake(workdir)
+    write_config(workdir, tiny_config())  # extra removed from the config
+    judged = ("results", "--config", "config.yaml", "--by-config")
+    listed = rffm("prune", *judged, cwd=workdir)
+    assert "stale results/runs/extra/qualification" in listed.stdout
+    fix = next(line for line in listed.stdout.splitlines() if line.startswith("kept runs/extra: qualified"))
+    removed = rffm("prune", *judged, "--delete", cwd=workdir)
+    assert (workdir / "results/runs/extra/qualification/sentinel.json").exists(), removed.stdout
+    assert "kept runs/extra" in removed.stdout
+    command = fix.split("Fix: ", 1)[1]
+    assert command == "rffm prune results --config config.yaml --by-config --delete --delete-qualified extra"
+    subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), check=True, capture_output=True)
+    assert not (workdir / "results/runs/extra/qualification").exists()
+    assert rffm("verify", *judged, cwd=workdir).returncode == 0
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RFFM_PLAIN_PROGRESS": "1"}
+
+
+def fix_of(line: str) -> str:
+    return line.split("Fix: ", 1)[1].removesuffix(".")
+
+
+def test_the_fix_for_a_missing_sentinel_works_as_printed(workdir: Path):
+    """Acceptance 2: verify names the command that rebuilds a deleted sentinel; following it literally, from the
+    workflow's directory and from elsewhere, leaves verify clean."""
+    (workdir / RUN / "epochs/2/sentinel.json").unlink()
+    verify = rffm("verify", "results", cwd=workdir)
+    missing = [line for line in verify.stdout.splitlines() if "epochs/2/sentinel.json: missing" in line]
+    assert verify.returncode == 1 and len(missing) == 1, verify.stdout
+    command = fix_of(missing[0])
+    target = "results/runs/base/epochs/2/sentinel.json"
+    assert command == f"snakemake -s {REPO}/workflow/Snakefile {target} --cores all --configfile config.yaml", command
+    done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert rffm("verify", "results", cwd=workdir).returncode == 0
+
+    (workdir / RUN / "selection/sentinel.json").unlink()  # now from another directory: the command starts with cd
+    elsewhere = workdir.parent
+    verify = rffm("verify", str(workdir / "results"), cwd=elsewhere)
+    command = fix_of(next(line for line in verify.stdout.splitlines() if "selection/sentinel.json: missing" in line))
+    assert command.startswith(f"cd {workdir} && snakemake -s {REPO}/workflow/Snakefile results/runs/base/selection/sentinel.json")
+    assert subprocess.run(["bash", "-c", command], cwd=elsewhere, env=env(), capture_output=True).returncode == 0
+    assert rffm("verify", "results", cwd=workdir).returncode == 0
+
+
+def test_the_fix_for_a_damaged_file_works_as_printed(workdir: Path):
+    """A damaged output: verify's line ends with the command that replaces it; followed literally, verify is clean."""
+    metrics = workdir / RUN / "epochs/1/metrics.json"
+    metrics.write_text(metrics.read_text().replace('"epoch"', '"epoch" ', 1))
+    verify = rffm("verify", "results", cwd=workdir)
+    damaged = [line for line in verify.stdout.splitlines() if line.startswith(f"BROKEN {metrics.relative_to(workdir)}")]
+    assert verify.returncode == 1 and len(damaged) == 1, verify.stdout
+    command = fix_of(damaged[0])
+    target = "results/runs/base/epochs/1/sentinel.json"
+    assert command.startswith(f"rm -f {target} && snakemake -s {REPO}/workflow/Snakefile {target}"), command
+    done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = rffm("verify", "results", cwd=workdir)
+    assert after.returncode == 0, after.stdout
+
+
+def test_status_full_and_verify_agree_on_a_damaged_backbone_and_a_missing_artifact(workdir: Path):
+    """Acceptance 3."""
+    backbone = workdir / "results/backbones/mini/backbone.pt"
+    data = bytearray(backbone.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    backbone.chmod(0o644)
+    backbone.write_bytes(bytes(data))
+    selection = json.loads((workdir / RUN / "selection/selection.json").read_text())
+    artifact = workdir / "results" / selection["artifact_path"]
+    artifact.unlink()
+    verify = rffm("verify", "results", cwd=workdir)
+    status = rffm("status", "results", "--full", cwd=workdir)
+    assert rows(status.stdout)["base"][-1].startswith("BROKEN"), status.stdout
+    for output in (verify.stdout, status.stdout):
+        broken = [line.removeprefix("BROKEN ").split(": ")[0] for line in output.splitlines() if line.startswith("BROKEN")]
+        assert any(Path(workdir / p).resolve() == backbone.resolve() for p in broken), output
+        assert any(Path(workdir / p).resolve() == artifact.resolve() for p in broken), output
+
+
+def test_after_a_floor_run_the_bare_compare_prints_all_three_rows(workdir: Path):
+    """Acceptance 1, the `make floor` half: a random-backbone floor and an end-to-end reference beside the run."""
+    config = tiny_config()
+    config["backbones"]["random-init"] = {**config["backbones"]["mini"], "source": "random", "pretrain": {"seed": 0}}
+    config["runs"]["floor"] = {**config["runs"]["base"], "backbone": "random-init"}
+    config["runs"]["floor"].pop("profiling")
+    train = {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}
+    config["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train}}
+    write_config(workdir, config)
+    snakemake(workdir)
+    with_default_config(workdir)  # config/config.yaml plans `baseline` only: the records decide
+    compare = rffm("compare", "results", cwd=workdir)
+    rows = [line.split()[:3] for line in compare.stdout.splitlines()[1:4]]
+    assert rows == [["floor", "floor", "tiny"], ["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]], compare.stdout

@@ -1,0 +1,67 @@
+"""Smaller traps of issue 25, one test each: misspelt rules and runs, targets beyond a run's plan, the
+invalid-configuration message (one frame-free report, references in the same pass), the SLURM profile's device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def refusal(workdir: Path, *args: str) -> str:
+    """The rffm line a dry run refuses with (and no traceback, no Snakemake frame)."""
+    result = snakemake(workdir, "-n", *args, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output and "MissingRuleException" not in output, output
+    lines = [line for line in output.splitlines() if line.startswith("rffm: ")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_a_misspelt_rule_is_refused_naming_the_rules(fresh_workdir: Path):
+    line = refusal(fresh_workdir, "final_qualificaton")
+    assert "'final_qualificaton': the workflow has no such target" in line and "final_qualification, " in line
+
+
+def test_a_misspelt_run_is_refused_naming_the_configured_runs(fresh_workdir: Path):
+    line = refusal(fresh_workdir, "results/runs/bsae/qualification/run_manifest.json")
+    assert "'bsae' is no configured run or reference (configured: base)" in line
+
+
+def test_an_epoch_beyond_the_plan_is_refused(fresh_workdir: Path):
+    line = refusal(fresh_workdir, "results/runs/base/epochs/7/checkpoint.pt")
+    assert "runs.base.train.epochs plans epochs 1 to 3, not 7" in line
+    assert snakemake(fresh_workdir, "-n", "results/runs/base/epochs/3/checkpoint.pt").returncode == 0
+
+
+def test_an_invalid_config_is_reported_without_a_snakemake_frame_and_with_its_references(fresh_workdir: Path):
+    config = tiny_config()
+    config["runs"]["base"]["train"]["lr"] = "fast"  # a schema problem
+    config["runs"]["base"]["dataset"] = "tinyy"  # and a reference problem, reported in the same pass
+    write_config(fresh_workdir, config)
+    result = snakemake(fresh_workdir, "-n", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "WorkflowError" not in output and 'File "' not in output, output
+    assert "rffm: invalid configuration" in output
+    assert "runs.base.train.lr: 'fast' is not of type 'number'" in output
+    assert "runs.base.dataset: 'tinyy' is not defined under datasets (defined: tiny)" in output
+
+
+def test_gpu_rules_on_slurm_ask_for_the_device_the_batch_profile_asks_for():
+    slurm = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    batch = yaml.safe_load((REPO / "profiles/gcp-batch/config.yaml").read_text())
+    assert slurm["config"]["device"] == batch["config"]["device"] == "auto"
+    assert {rule for rule, res in slurm["set-resources"].items() if res.get("gpu")} >= {"train_epoch", "build_cache", "qualify"}
+
+
+@pytest.mark.parametrize("text, what", [("", "the configuration file is empty"), ("[1, 2]\n", "holds a list, not a mapping")])
+def test_an_empty_or_non_mapping_default_config_gets_the_workflows_line(fresh_workdir: Path, text: str, what: str):
+    (fresh_workdir / "config").mkdir()
+    (fresh_workdir / "config/config.yaml").write_text(text)  # the Snakefile's own configfile
+    line = refusal(fresh_workdir)
+    assert line.startswith(f"rffm: config/config.yaml: {what}"), line
