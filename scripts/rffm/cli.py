@@ -632,7 +632,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rffm` console script."""
     args = parser().parse_args(argv)
-    from rffm.runtime.device import THREADS
+    from rffm.records.step import THREADS
 
     THREADS.clear()  # a verb called in-process after a threaded one (tests) records no thread count of its own
     try:

@@ -64,7 +64,7 @@ def test_changed_keys_name_what_differs():
 
 
 def test_an_entry_that_is_not_the_one_the_qualification_recorded_is_named(tmp_path: Path):
-    from rffm.records.sentinel import seal
+    from rffm.records.seal import seal
 
     store = PosixStore(tmp_path)
     ledger.claim(store, entry("run-a", "art-1"))

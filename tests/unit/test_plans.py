@@ -11,7 +11,7 @@ from conftest import tiny_config
 from rffm.config import load_schema
 from rffm.records import plans
 from rffm.records.rebuild import rebuild_command
-from rffm.records.sentinel import seal
+from rffm.records.seal import seal
 from rffm.records.store import PosixStore
 
 

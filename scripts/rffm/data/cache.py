@@ -42,7 +42,8 @@ from rffm.errors import ConfigError, IntegrityError
 from rffm.model import encoder as encoders
 from rffm.records.files import atomic_write_bytes, atomic_write_json, read_json, sha256_file, sha256_json
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_files, hidden_file, split_file
-from rffm.records.sentinel import check_record, file_record, parts_record, require_intact, seal, unseal
+from rffm.records.seal import seal, unseal
+from rffm.records.sentinel import check_record, file_record, parts_record, require_intact
 from rffm.runtime import batching
 from rffm.runtime.profiling import BatchTracer, PhaseTimes
 from rffm.runtime.progress import Progress

@@ -22,10 +22,9 @@ from rffm.ops.verify import step_problems
 from rffm.records import ledger, provenance
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, split_file
 from rffm.records.plans import Judgment
-from rffm.records.sentinel import check_record, link_problems, read_sentinel, record_digest
+from rffm.records.sentinel import check_record, epoch_metrics, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
 from rffm.training.selection import best as best_epoch
-from rffm.training.sweep import epoch_metrics
 
 QUICK_HASH_BYTES = 1 << 20
 

@@ -19,7 +19,8 @@ from rffm.records.files import sha256_file
 from rffm.records.layout import ARTIFACTS, EXPORTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
 from rffm.records.plans import Judgment, plan_problems
 from rffm.records.rebuild import rebuild_command
-from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems, unseal
+from rffm.records.seal import unseal
+from rffm.records.sentinel import check_record, link_problems, read_sentinel, sentinel_problems
 from rffm.records.store import PosixStore
 
 

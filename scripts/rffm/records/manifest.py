@@ -11,8 +11,7 @@ from typing import Any
 from rffm.records import provenance
 from rffm.records.files import sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
-from rffm.records.sentinel import read_sentinel, record_digest
-from rffm.training.sweep import epoch_metrics
+from rffm.records.sentinel import epoch_metrics, read_sentinel, record_digest
 
 SCHEMA_VERSION = 1
 PROCEDURE = "final_qualification"

@@ -21,7 +21,7 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.records.files import sha256_file
 from rffm.records.layout import planned_steps, run_folder
-from rffm.records.sentinel import seal, unseal
+from rffm.records.seal import seal, unseal
 from rffm.records.store import Store
 
 LAUNCH_DIR = "launch"  # beside the launch profile records (records/launch.py)

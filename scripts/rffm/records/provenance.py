@@ -20,7 +20,7 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.records.files import atomic_write_bytes, sha256_bytes, sha256_file
 from rffm.records.layout import PROVENANCE_NAME
-from rffm.records.sentinel import seal, unseal
+from rffm.records.seal import seal, unseal
 
 # Environment variables that identify the executor and its job, in priority order.
 EXECUTOR_JOB_VARS = (

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import IntegrityError
-from rffm.records.files import canonical_json, sha256_file, sha256_json, xxh3_parts
+from rffm.records.files import sha256_file, sha256_json, xxh3_parts
+from rffm.records.seal import unseal
 
 SCHEMA_VERSION = 2  # 2: self_sha256, full digests for every output
-SELF_DIGEST = "self_sha256"
 REQUIRED = {"schema_version": int, "stage": str, "key": dict, "inputs": dict, "outputs": dict, "params_sha256": str, "code_sha256": str}
 
 
@@ -49,25 +49,6 @@ def json_record(path: str | Path, excluding: list[str]) -> dict[str, Any]:
     body = json.loads(Path(path).read_text())
     kept = {key: value for key, value in body.items() if key not in excluding}
     return {"excluding": sorted(excluding), "json_sha256": sha256_json(kept)}
-
-
-def seal(body: dict[str, Any]) -> bytes:
-    """A record's file bytes: its canonical JSON with the sha256 of that content added."""
-    return canonical_json({**body, SELF_DIGEST: sha256_json(body)}).encode()
-
-
-def unseal(path: str | Path, data: bytes, what: str) -> dict[str, Any]:
-    """A sealed record's body after checking it parses and matches its own digest (one clear error otherwise)."""
-    try:
-        body = json.loads(data)
-    except ValueError:
-        raise IntegrityError(f"{path}: {what} is not valid JSON (damaged or truncated). Fix: delete it and rerun snakemake.") from None
-    if not isinstance(body, dict) or not isinstance(body.get(SELF_DIGEST), str):
-        raise IntegrityError(f"{path}: {what} has no {SELF_DIGEST} (damaged, edited or older). Fix: delete it and rerun snakemake.")
-    digest = body.pop(SELF_DIGEST)
-    if sha256_json(body) != digest:
-        raise IntegrityError(f"{path}: {what} does not match its own sha256 (edited or damaged). Fix: delete it and rerun snakemake.")
-    return body
 
 
 def read_sealed(path: str | Path, what: str, when_missing: str) -> dict[str, Any]:
@@ -180,3 +161,16 @@ def require_intact(sentinel_path: str | Path, files: list[str], consumer: str) -
             + f". Fix: restore the file, or rebuild it with {body['stage']}: {_rebuild(sentinel_path)}"
         )
     return body
+
+
+def epoch_metrics(body: dict[str, Any], member: str | None = None, rule: dict[str, str] | None = None) -> dict[str, Any]:
+    """An epoch sentinel's metrics: a plain epoch's; of a sweep's, the named member's (with "member"), else the
+    epoch's best member by `rule` (default: highest val_accuracy)."""
+    if "members" not in body:
+        return body["metrics"]
+    table = body["members"]
+    if member not in table:
+        metric, mode = (rule or {}).get("metric", "val_accuracy"), (rule or {}).get("mode", "max")
+        sign = 1 if mode == "max" else -1
+        member = max(table, key=lambda name: sign * table[name]["metrics"][metric])
+    return {**table[member]["metrics"], "member": member}

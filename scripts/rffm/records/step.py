@@ -22,10 +22,13 @@ from rffm.records import provenance
 from rffm.records.code import code_digest
 from rffm.records.files import atomic_write_bytes, remove_temporaries, sha256_file, sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
-from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, seal, upstream
+from rffm.records.seal import seal
+from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, upstream
 
 IDENTITY_FIELDS = ("schema_version", "stage", "key", "inputs", "params_sha256", "code_sha256")  # Step.identity()'s keys
 
+
+THREADS: list[int] = []  # the intra-op thread count runtime.device.setup fixed in this process (a step's sentinel records it)
 
 class Step:
     """Context manager owning a step's consumed sentinels, outputs, provenance and sentinel."""
@@ -81,8 +84,6 @@ class Step:
 
     def threads(self) -> dict[str, int]:
         """The torch thread count this step computed with, when it fixed one (CPU float sums depend on it)."""
-        from rffm.runtime.device import THREADS
-
         return {"torch_threads": THREADS[0]} if THREADS else {}
 
     def provenance_record(self) -> dict[str, Any]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 
 from rffm.errors import ConfigError
+from rffm.records.step import THREADS
 
 # Set by schedulers (SLURM) or by the rffm-googlebatch executor when a job was given GPUs.
 GPU_GRANT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "RFFM_GPUS_REQUESTED")
-
-
-THREADS: list[int] = []  # the intra-op thread count setup() fixed in this process (a step's sentinel records it)
 
 
 def setup(threads: int) -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from rffm.records.layout import SENTINEL_NAME
+from rffm.records.sentinel import epoch_metrics
 from rffm.records.step import Step
 from rffm.report.png import plt, save_png
-from rffm.training.sweep import epoch_metrics
 
 RULE = "plot_training"
 FIGURES = ("training_curves.png", "selection_evidence.png")

@@ -142,16 +142,3 @@ def check_memory(k: int, head_params: int, batch_bytes: int, available: int | No
 
 
 # ---- readers of epoch sentinels (status, manifest, figures) ----
-
-
-def epoch_metrics(body: dict[str, Any], member: str | None = None, rule: dict[str, str] | None = None) -> dict[str, Any]:
-    """An epoch sentinel's metrics: a plain epoch's; of a sweep's, the named member's (with "member"), else the
-    epoch's best member by `rule` (default: highest val_accuracy)."""
-    if "members" not in body:
-        return body["metrics"]
-    table = body["members"]
-    if member not in table:
-        metric, mode = (rule or {}).get("metric", "val_accuracy"), (rule or {}).get("mode", "max")
-        sign = 1 if mode == "max" else -1
-        member = max(table, key=lambda name: sign * table[name]["metrics"][metric])
-    return {**table[member]["metrics"], "member": member}
