@@ -111,7 +111,7 @@ def batch_run(repo_checkout, emulator, tmp_path_factory):
 def test_profile_runs_the_workflow_end_to_end_through_the_bucket(batch_run, emulator, tmp_path):
     """Acceptance 1: every result is in the bucket, verifies, and the cache never left the VM."""
     report = batch_run["report"]
-    assert report["rejected"] == [] and len(report["jobs"]) == 5
+    assert report["rejected"] == [] and len(report["jobs"]) == 6  # stage, pretrain, the cache+epochs group, select, qualify, export
     assert all(job["state"] == "SUCCEEDED" and not job["running_at_exit"] for job in report["jobs"])
     objects = bucket_objects(emulator, "rffm-e2e")
     assert "rffm/results/runs/base/qualification/run_manifest.json" in objects

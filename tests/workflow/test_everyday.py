@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -48,8 +49,14 @@ def test_changing_a_qualified_run_is_refused_before_anything_runs_or_is_deleted(
     write_config(workdir, tiny_config())
     snakemake(workdir)
     after = tree_bytes(workdir / "results")
-    for name in ("qualification/metrics.json", "qualification/run_manifest.json", "qualification/accuracy_vs_snr.png"):
+    for name in ("qualification/metrics.json", "qualification/accuracy_vs_snr.png"):
         assert after[str(RUN.relative_to("results") / name)] == before[str(RUN.relative_to("results") / name)], name
+    # the manifest too, but for its provenance, which now names the epochs restored from the memo (issue 23)
+    manifests = [json.loads(tree[str(RUN.relative_to("results") / "qualification/run_manifest.json")]) for tree in (before, after)]
+    assert [{k: v for k, v in m.items() if k != "provenance"} for m in manifests][0] == {
+        k: v for k, v in manifests[1].items() if k != "provenance"
+    }
+    assert [e["epoch"] for e in manifests[1]["provenance"]["restored_epochs"]] == [1, 2, 3]
     assert rffm("verify", "results", "--config", "config.yaml", cwd=workdir).returncode == 0
 
 
@@ -74,7 +81,7 @@ def test_stale_is_not_broken_and_prune_removes_exactly_it(workdir: Path):
     stale = sorted(line.split()[1] for line in verify.stdout.splitlines() if line.startswith("STALE"))
     expected = ["results/runs/base/epochs/4", "results/runs/base/epochs/5"]
     expected += [f"results/runs/extra/{folder}" for folder in ("epochs/1", "epochs/2", "epochs/3", "qualification")]
-    expected += [f"results/runs/extra/{folder}" for folder in ("report/qualification", "report/validation", "selection")]
+    expected += [f"results/runs/extra/{folder}" for folder in ("export", "report/qualification", "report/validation", "selection")]
     assert stale == sorted(expected)
     status = rffm("status", *JUDGED, cwd=workdir)
     assert status.returncode == 0 and "base  qualified  3/3" in status.stdout and "stale: runs/extra" in status.stdout

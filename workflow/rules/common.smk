@@ -597,6 +597,13 @@ def export_inputs(wildcards):
         "backbone": backbone_file(backbone, "sentinel.json"),
         "dataset": dataset_file(dataset, "sentinel.json"),
         "cache": ancient(cache_file(dataset, backbone, "sentinel.json")),
+        # the sentinels the selection consumed: a Batch VM has only the declared inputs
+        "epochs": ancient(
+            [
+                epoch_file(wildcards.run, e, "sentinel.json")
+                for e in run_epochs(wildcards.run)
+            ]
+        ),
         "files": ancient(
             [
                 run_file(wildcards.run, "qualification/run_manifest.json"),

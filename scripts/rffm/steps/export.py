@@ -89,7 +89,8 @@ def classifier_module(
     encoder = encoders.load(cached["backbone"], Path(backbone_dir) / "backbone.pt", spec["spec"], spec["where"], "cpu")
     if encoder.identity != spec["fingerprint"] or blob["backbone_fingerprint"] != encoder.fingerprint:
         raise IntegrityError(f"{results.where(artifact['key'])}: trained behind another encoder than {backbone_dir}. Fix: rerun selection.")
-    module = Classifier(encoder, head.eval()).eval()
+    module = Classifier(encoder, head.eval())
+    module.training = False  # not .eval(): a torch.export backbone refuses train(); every kind is loaded in eval mode
     module.requires_grad_(False)
     native = cached["backbone"]["source"] in encoders.NATIVE
     return module, {**blob, "length": encoder.length or length, "adapter": spec["spec"]["adapter"], "native": native}
@@ -98,7 +99,10 @@ def classifier_module(
 def torch_program(module: nn.Module, length: int) -> torch.export.ExportedProgram:
     """The classifier as a torch.export program with a dynamic batch dimension."""
     example = torch.zeros(2, 2, length)
-    program = torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim("batch", min=1)}}, strict=False)
+    try:
+        program = torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim("batch", min=1)}}, strict=False)
+    except torch._dynamo.exc.UserError:  # a backbone that is itself a program brings its own batch range: keep it
+        program = torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim.AUTO}}, strict=False)
     for node in program.graph.nodes:  # stack traces name this checkout's paths: host facts, not the model's
         node.meta.pop("stack_trace", None)
     return program
