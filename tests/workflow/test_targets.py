@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import REPO, snakemake, tiny_config, write_config
+from conftest import snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -52,14 +51,6 @@ def test_an_invalid_config_is_reported_without_a_snakemake_frame_and_with_its_re
     assert "runs.base.dataset: 'tinyy' is not defined under datasets (defined: tiny)" in output
 
 
-def test_gpu_rules_on_slurm_ask_for_the_device_the_batch_profile_asks_for():
-    slurm = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
-    batch = yaml.safe_load((REPO / "profiles/gcp-batch/config.yaml").read_text())
-    assert slurm["config"]["device"] == batch["config"]["device"] == "auto"
-    assert {rule for rule, res in slurm["set-resources"].items() if res.get("gpu")} >= {"train_epoch", "build_cache", "qualify"}
-
-
-@pytest.mark.parametrize("text, what", [("", "the configuration file is empty"), ("[1, 2]\n", "holds a list, not a mapping")])
 def test_an_empty_or_non_mapping_default_config_gets_the_workflows_line(fresh_workdir: Path, text: str, what: str):
     (fresh_workdir / "config").mkdir()
     (fresh_workdir / "config/config.yaml").write_text(text)  # the Snakefile's own configfile
