@@ -51,6 +51,7 @@ def test_an_invalid_config_is_reported_without_a_snakemake_frame_and_with_its_re
     assert "runs.base.dataset: 'tinyy' is not defined under datasets (defined: tiny)" in output
 
 
+@pytest.mark.parametrize("text, what", [("", "the configuration file is empty"), ("[1, 2]\n", "holds a list, not a mapping")])
 def test_an_empty_or_non_mapping_default_config_gets_the_workflows_line(fresh_workdir: Path, text: str, what: str):
     (fresh_workdir / "config").mkdir()
     (fresh_workdir / "config/config.yaml").write_text(text)  # the Snakefile's own configfile
