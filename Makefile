@@ -17,6 +17,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
+TEST_WORKERS ?= 2
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -104,8 +105,9 @@ run: setup
 example-weights: setup
 	$(BIN)/python config/examples/models/make_weights.py
 
+# Tests run on TEST_WORKERS processes (pytest-xdist), each test module on one of them; TEST_WORKERS=0 runs them in this one.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	RFFM_WORKER_IMAGE=$${RFFM_WORKER_IMAGE:-example.invalid/rffm/worker@sha256:$$(printf '0%.0s' $$(seq 64))} $(BIN)/snakemake --lint

@@ -170,7 +170,7 @@ def fresh_workdir(tmp_path: Path) -> Path:
     return workdir
 
 
-def wait_for(path: Path, timeout: float = 180) -> None:
+def wait_for(path: Path, timeout: float = 600) -> None:
     """Wait until a file exists."""
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -218,3 +218,15 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
         yield target
     finally:
         subprocess.run(["umount", str(target)], check=True)
+
+
+# ---- parallel runs (pytest-xdist; `make test` runs -n $(TEST_WORKERS) --dist loadgroup) ----
+
+SHARED_CLUSTER_MODULES = {"test_slurm", "test_slurm_guarantees"}  # one local SLURM cluster per machine at a time
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Keep each test module on one worker (its module fixtures are built once) and the SLURM modules on the same one."""
+    for item in items:
+        module = item.path.stem
+        item.add_marker(pytest.mark.xdist_group("slurm" if module in SHARED_CLUSTER_MODULES else module))

@@ -106,8 +106,8 @@ def run_fake_batch(
     environ = {key: value for key, value in os.environ.items() if not key.startswith(("RFFM_", "FAKE_BATCH_", "SNAKEMAKE_"))}
     environ.update({"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "STORAGE_EMULATOR_HOST": emulator, **(env or {})})
     command = [sys.executable, str(FAKE_BATCH), str(state), "--", *args]
-    # a loaded shared machine may need longer than the 300 s an idle one does (RFFM_TEST_BATCH_TIMEOUT_S)
-    timeout = float(os.environ.get("RFFM_TEST_BATCH_TIMEOUT_S", 300))
+    # a hang guard, not a time limit: a loaded machine running two test workers needs far longer than an idle one
+    timeout = float(os.environ.get("RFFM_TEST_BATCH_TIMEOUT_S", 1200))
     result = subprocess.run(command, cwd=workdir, env=environ, capture_output=True, text=True, timeout=timeout)
     report = json.loads((state / "jobs.json").read_text())
     return result, report

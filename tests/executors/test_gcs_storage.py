@@ -84,7 +84,7 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def snakemake(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def message_lines(result: subprocess.CompletedProcess) -> list[str]:

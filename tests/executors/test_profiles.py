@@ -40,7 +40,7 @@ def user_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def gcp_env(home: Path, emulator: str, bucket: str) -> dict[str, str]:

@@ -86,14 +86,14 @@ def chain(cluster, tmp_path_factory) -> dict:  # noqa: F811
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
     process = subprocess.Popen(command(workdir, "validation_selection"), cwd=workdir, env=environment(), **pipes)
     try:
-        deadline = time.monotonic() + 420
+        deadline = time.monotonic() + 900
         while not memo_holds(workdir / "results", {"run": "base", "epoch": 2}):
             assert process.poll() is None and time.monotonic() < deadline, "epoch 2 never reached the store"
             time.sleep(0.1)
         groups = [job for job, (state, comment) in slurm_jobs().items() if comment.startswith("rule_train_base") and state == "RUNNING"]
         assert len(groups) == 1, slurm_jobs()
         subprocess.run(["scancel", groups[0]], check=True)
-        killed_output, _ = process.communicate(timeout=300)
+        killed_output, _ = process.communicate(timeout=900)
     finally:
         if process.poll() is None:
             process.kill()
