@@ -7,6 +7,7 @@ order; each member keeps its own init, dropout stream (the torch RNG state is sw
 optimizer and schedule. Each member is also a step of its own (its identity is the one the same
 member would have as a plain run): its memo entry is restored when it exists, so a grid that gains
 a value trains only the new members, and the epoch's checkpoint.pt bundles every member's files.
+The loop itself is rffm.training.epoch.train_heads; this step restores, saves and records.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from rffm.records.step import Step
 from rffm.records.store import open_store, publish_trace
 from rffm.runtime import tensorboard
 from rffm.runtime.profiling import PhaseTimes
-from rffm.training import epoch as epoch_loop
 from rffm.training import sweep
-from rffm.training.epoch import train_options
+from rffm.training.epoch import train_heads, train_options
 
 RULE = "train_epoch"
 OUTPUTS = ("checkpoint.pt", "metrics.json")
@@ -178,7 +178,7 @@ def train_members(spec, todo, where: dict[str, Any], epoch, step: Step, device, 
     ]
     with tempfile.TemporaryDirectory() as traces:
         trace_dir = Path(traces) if profile_batches else None
-        trained, details = epoch_loop.train_heads(
+        trained, details = train_heads(
             members,
             splits,
             meta,
