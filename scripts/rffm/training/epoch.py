@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm.data.cache import CacheSplit, prefetched
+from rffm.data.cache_reader import CacheSplit, prefetched
 from rffm.model import head as head_model
 from rffm.model.head import AttentionPoolHead
 from rffm.model.metrics import confusion_matrix, macro_f1
