@@ -22,7 +22,8 @@ DATASET = {
         "length": 32,
     },
 }
-BACKBONE = {"name": "b", "source": "random", "dataset": "t", "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2}}
+SMALL = {"patch": 8, "dim": 16, "depth": 1, "heads": 2, "stem": "iq", "output_layers": 1}  # not the default backbone: small and fast
+BACKBONE = {"name": "b", "source": "random", "dataset": "t", "arch": SMALL}
 PLAIN = {"run": "r", "dataset": "t", "backbone": "b", "train": {"lr": 0.01, "batch_size": 8, "seed": 0}}
 GRID = [["train.lr", [0.003, 0.01]], ["train.head.dropout", [0.0, 0.3]]]
 

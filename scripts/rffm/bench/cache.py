@@ -48,7 +48,7 @@ from rffm.training import epoch as train
 CLASSES = 11
 SNRS = 20
 TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}
-ARCH = {"patch": 8, "dim": 64, "depth": 3, "heads": 4, "mlp_ratio": 2}
+ARCH = entry_defaults("backbones", {"source": "random"})["arch"]  # the schema's default backbone (the default run's)
 EPOCH_THREADS = 1  # as the train_epoch rule: the head is too small for intra-op threads; the prefetcher takes the other core
 
 

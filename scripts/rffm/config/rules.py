@@ -124,7 +124,8 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
         if arch["output_layers"] > arch["depth"] + 1:
             problems.append(
                 f"{where}.output_layers: {arch['output_layers']} exceeds depth + 1 = {arch['depth'] + 1} (the embedding and "
-                f"each block). Fix: use 1 to {arch['depth'] + 1}"
+                f"each block). Fix: set output_layers to 1 to {arch['depth'] + 1} "
+                "(when it is not written, its default is for the default depth)"
             )
         readers = [spec.get("dataset")] + [run["dataset"] for run in config["runs"].values() if run["backbone"] == name]
         for dataset in dict.fromkeys(d for d in readers if d in config["datasets"]):
