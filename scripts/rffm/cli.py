@@ -457,7 +457,7 @@ def parser() -> argparse.ArgumentParser:
     def cache_options(sub: argparse.ArgumentParser) -> None:
         backbone_pass(sub)
         sub.add_argument("--disk-headroom", type=float, required=True, help="required free scratch space / cache size (0: no check)")
-        sub.add_argument("--scratch", required=True, help="this node's directory for the hidden-state cache memo")
+        sub.add_argument("--scratch", required=True, help="this node's directory for the hidden-state cache")
         store_option(sub)
 
     sub = verb(stage_dataset, "Stage a dataset into canonical HDF5 splits.", "datasets", False, "--out-dir")
@@ -467,7 +467,7 @@ def parser() -> argparse.ArgumentParser:
     text = "Import a user backbone (checkpoint, python entry point + weights, torch.export program) after checking its sha256."
     sub = verb(import_backbone, text, "backbones", False, "--out-dir")
     sub.add_argument("--source-root", default=".", help="folder the spec's relative checkpoint path is relative to (default: .)")
-    sub = verb(build_cache, "Build the hidden-state cache (a node-local memo) and its record.", "", True, "--dataset-dir", "--backbone-dir")
+    sub = verb(build_cache, "Build the hidden-state cache (node-local) and its record.", "", True, "--dataset-dir", "--backbone-dir")
     sub.add_argument("--out-dir", required=True, help="the record's folder: results/caches/<dataset>__<backbone>")
     cache_options(sub)
     sub.add_argument("--profile-runs", nargs="*", help="runs whose profiling folders get the build's trace")

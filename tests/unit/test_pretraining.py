@@ -25,7 +25,7 @@ BACKBONE = {
     "name": "b",
     "source": "pretrain",
     "dataset": "t",
-    "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2},
+    "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2, "stem": "iq", "output_layers": 1},
     "pretrain": {"epochs": 2, "batch_size": 8},
 }
 

@@ -93,7 +93,7 @@ wildcard_constraints:
 # With a default storage provider (Google Batch: a GCS prefix) every rule output goes through it; the
 # steps also write what must outlive Snakemake's bookkeeping (ledger, artifacts, memo of epochs, launch
 # records, traces) into the same place themselves (rffm.records.store). The hidden-state cache is never
-# a workflow file: a node-local memo under `scratch`, built by whoever needs it (rffm.data.cache).
+# a workflow file: node-local under `scratch`, built by whoever needs it (rffm.data.cache_local).
 PREFIX = workflow.storage_settings.default_storage_prefix
 # profiles/gcp-batch reads the bucket from the environment: name a missing variable first.
 if "$" in (PREFIX or ""):

@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rffm.bench.cache import prepare
+from rffm.bench.cache import ARCH, prepare
 from rffm.config import entry_defaults
 from rffm.records.files import read_json
 from rffm.steps import build_cache as build_cache_step
 from rffm.training import sweep
 
-DEFAULT_ARCH = {"patch": 8, "dim": 64, "depth": 3, "heads": 4, "mlp_ratio": 2, "stem": "rf", "output_layers": 4}
 TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}  # the default run's
 GRID = [["train.lr", [0.001, 0.003, 0.01, 0.03]], ["train.weight_decay", [0.0, 0.01]]]  # 8 members
 
@@ -60,7 +59,7 @@ def main(samples: int, epochs: int, work_dir: str | None, threads: int, device: 
     grid = grid or GRID
     work = Path(tempfile.mkdtemp(prefix="rffm-bench-sweep-", dir=work_dir))
     try:
-        dataset_dir, backbone_dir = prepare(work, samples, DEFAULT_ARCH)
+        dataset_dir, backbone_dir = prepare(work, samples, ARCH)  # the default run's backbone: the schema's default
         record, scratch = work / "results/caches/bench__bench", work / "scratch"
         cache = entry_defaults("cache", {})
         build_cache_step.run(dataset_dir, backbone_dir, record, scratch, batch_size=cache["batch_size"], disk_headroom=0)

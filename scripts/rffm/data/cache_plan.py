@@ -37,7 +37,7 @@ def row_cache_bytes(counts: dict[str, int], row_elements: int, block: int = 4096
     def blocks(size: int) -> int:
         return -(-size // block) * block
 
-    total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
+    total = blocks(64 << 10) * 2  # meta.json and the cache sentinel (a few KiB each; generous)
     for count in counts.values():
         total += blocks(count * row_elements * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
     return total

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rffm.data import cache
+from rffm.data.cache_format import recipe
+from rffm.data.cache_reader import open_cache
 from rffm.errors import IntegrityError
 from rffm.records import ledger, memo, provenance
 from rffm.records.files import sha256_file
@@ -148,33 +149,34 @@ def launch_problems(results: Path) -> list[str]:
     return problems
 
 
-def cache_memo_problems(results: Path, folders: dict[str, Path]) -> tuple[list[str], list[str]]:
-    """(problems, notes) of the hidden-state caches (record folder -> its memo directory on this machine)."""
+def local_cache_problems(results: Path, folders: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the hidden-state caches (record folder -> its node-local directory on this machine)."""
     problems, notes = [], []
-    for folder, memo_dir in sorted(folders.items()):
+    for folder, cache_dir in sorted(folders.items()):
         record_path = results / folder / SENTINEL_NAME
-        if not memo_dir.exists() or not record_path.exists():
-            notes.append(f"skipped {memo_dir}: no hidden-state cache on this machine (it is rebuilt where an epoch needs it)")
+        if not cache_dir.exists() or not record_path.exists():
+            notes.append(f"skipped {cache_dir}: no hidden-state cache on this machine (it is rebuilt where an epoch needs it)")
             continue
         try:
-            cache.open_memo(memo_dir, cache.recipe(read_sentinel(record_path)), "verify")
+            open_cache(cache_dir, recipe(read_sentinel(record_path)), "verify")
         except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
             problems.append(
-                str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{memo_dir}: {error}"
+                str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{cache_dir}: {error}"
             )
     return problems, notes
 
 
 def recorded_caches(results: Path) -> dict[str, Path]:
-    """Cache record folders and where their build kept the cache (its provenance's `memo`, relative to where it ran)."""
+    """Cache record folders and where their build kept the cache (its provenance's `cache_dir`, relative to where it ran)."""
     found = {}
     for record_path in sorted(results.glob(f"caches/*/{SENTINEL_NAME}")):
         try:
-            memo_dir = provenance.read(record_path.parent / PROVENANCE_NAME, record_path).get("memo")
+            details = provenance.read(record_path.parent / PROVENANCE_NAME, record_path)
+            cache_dir = details.get("cache_dir", details.get("memo"))  # `memo`: the key's name in trees built before
         except IntegrityError:
             continue  # named by the record's own check
-        if isinstance(memo_dir, str):
-            found[record_path.parent.relative_to(results).as_posix()] = Path(memo_dir)
+        if isinstance(cache_dir, str):
+            found[record_path.parent.relative_to(results).as_posix()] = Path(cache_dir)
     return found
 
 
@@ -214,7 +216,7 @@ def verify_tree(
         folders = recorded_caches(results)
         if not folders:
             report.notes.append("skipped the hidden-state caches: no config, --scratch or cache record says where they are")
-    problems, notes = cache_memo_problems(results, folders)
+    problems, notes = local_cache_problems(results, folders)
     report.broken += problems
     report.notes += notes
     return report

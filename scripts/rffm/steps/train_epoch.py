@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-from rffm.data import cache
+from rffm.data.cache_format import recipe
+from rffm.data.cache_local import ensure
+from rffm.data.cache_reader import open_cache
 from rffm.errors import ConfigError, IntegrityError
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
@@ -51,7 +53,7 @@ def run(
     """Train epoch `epoch` (1-based) of every member and write checkpoint.pt, metrics.json and the sentinel.
 
     An epoch (or a member's epoch) kept in the memo (rffm.records.memo) with this identity is restored
-    instead of trained; a trained one is kept there. The cache is read from this node's memo, built first if missing.
+    instead of trained; a trained one is kept there. The hidden-state cache is read from this node's scratch, built first if missing.
     """
     members = sweep.members(spec)
     if len(members) == 1:  # the plain epoch: one member, its own folder
@@ -166,10 +168,10 @@ def train_members(spec, todo, where: dict[str, Any], epoch, step: Step, device, 
     scratch, cache_options = where["scratch"], where["cache_options"]
     step.device = torch.device(device)
     phases = PhaseTimes()
-    directory, built = cache.ensure(record, cache_record_dir, scratch, {**cache_options, "device": device}, phases)
+    directory, built = ensure(record, cache_record_dir, scratch, {**cache_options, "device": device}, phases)
     if built:
         step.details["cache_build"] = {key: value for key, value in built.items() if key != "meta"}
-    splits, meta = cache.open_memo(directory, cache.recipe(record), RULE)
+    splits, meta = open_cache(directory, recipe(record), RULE)
     if meta["backbone_fingerprint"] != record["backbone_fingerprint"]:
         raise IntegrityError(f"{directory}/meta.json: backbone fingerprint disagrees with the cache record {cache_record_dir}")
     members = [

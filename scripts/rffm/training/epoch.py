@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm.data.cache import CacheSplit, prefetched
+from rffm.data.cache_reader import CacheSplit, prefetched
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import head as head_model
 from rffm.model.head import AttentionPoolHead

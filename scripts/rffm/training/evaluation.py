@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm.data.cache import CacheSplit, prefetched
+from rffm.data.cache_reader import CacheSplit, prefetched
 from rffm.model import cnn
 from rffm.model import encoder as encoders
 from rffm.model.head import AttentionPoolHead
