@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rffm.errors import RffmError
+from rffm.records.layout import RUNS, TENSORBOARD, run_folder
 
 
 def _judged(args: argparse.Namespace) -> tuple[dict | None, object]:
@@ -31,7 +32,7 @@ def compare(args: argparse.Namespace) -> int:
     _, judgment = _judged(args)
     rows = collect(args.results_dir, judgment.config, unknown=judgment.unknown)
     if not rows:
-        print(f"no qualified runs or references under {args.results_dir}/runs")
+        print(f"no qualified runs or references under {args.results_dir}/{RUNS}")
         return 1
     print(render(rows))
     return 0
@@ -43,7 +44,7 @@ def status(args: argparse.Namespace) -> int:
     _, judgment = _judged(args)
     rows = collect(args.results_dir, judgment, full=args.full)
     if not rows:
-        print(f"no runs under {args.results_dir}/runs")
+        print(f"no runs under {args.results_dir}/{RUNS}")
         return 1
     print(render(rows, full=args.full))
     return 0
@@ -77,7 +78,7 @@ def prune(args: argparse.Namespace) -> int:
     if judgment.config is None:
         raise ConfigError(f"{args.results_dir}: no config plans this tree, so nothing can be called stale. Fix: pass --config FILE")
     folders, kept = remove(args.results_dir, judgment, delete=args.delete, qualified=args.delete_qualified)
-    kept_dirs = [Path(args.results_dir) / "runs" / run for run in kept]
+    kept_dirs = [Path(args.results_dir) / run_folder(run) for run in kept]
     for folder in folders:
         held = any(folder.is_relative_to(run) for run in kept_dirs)
         print(f"{'removed' if args.delete and not held else 'stale'} {folder}")
@@ -88,7 +89,7 @@ def prune(args: argparse.Namespace) -> int:
         print(f"{len(folders)} stale folder(s); `{_prune_command(args, ['--delete'])}` removes them{but}")
     for run in kept:
         print(
-            f"kept runs/{run}: qualified (its test result); prune deletes a qualified run only when it is named. "
+            f"kept {run_folder(run)}: qualified (its test result); prune deletes a qualified run only when it is named. "
             f"Fix: {_prune_command(args, ['--delete', '--delete-qualified', run])}"
         )
     return 0
@@ -188,7 +189,7 @@ def posttrain(args: argparse.Namespace) -> int:
 def tensorboard(args: argparse.Namespace) -> int:
     from rffm.runtime.tensorboard import export, log_dir_from_env
 
-    log_dir = args.log_dir or log_dir_from_env() or str(Path(args.results_dir) / "tensorboard")
+    log_dir = args.log_dir or log_dir_from_env() or str(Path(args.results_dir) / TENSORBOARD)
     try:
         written = export(args.results_dir, log_dir)
     except ImportError:
@@ -196,7 +197,7 @@ def tensorboard(args: argparse.Namespace) -> int:
     for run, count in written.items():
         print(f"{run}: {count} epoch(s) -> {log_dir}/{run}")
     if not written:
-        print(f"no finished epochs under {args.results_dir}/runs")
+        print(f"no finished epochs under {args.results_dir}/{RUNS}")
         return 1
     print(f"view with: tensorboard --logdir {log_dir}")
     return 0

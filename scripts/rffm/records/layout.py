@@ -24,22 +24,28 @@ def cache_files() -> list[str]:
     return names
 
 
+DATASETS, BACKBONES, CACHES = "datasets", "backbones", "caches"  # the results store's folders of shared steps
+
+
 def dataset_folder(dataset: str) -> str:
     """A staged dataset's step folder, relative to results."""
-    return f"datasets/{dataset}"
+    return f"{DATASETS}/{dataset}"
 
 
 def backbone_folder(backbone: str) -> str:
     """A backbone's step folder, relative to results."""
-    return f"backbones/{backbone}"
+    return f"{BACKBONES}/{backbone}"
 
 
 def cache_folder(dataset: str, backbone: str) -> str:
     """The folder of the record of a dataset's hidden-state cache under a backbone, relative to results."""
-    return f"caches/{dataset}__{backbone}"
+    return f"{CACHES}/{dataset}__{backbone}"
 
 
 RUNS = "runs"  # the results store's folder of runs and references
+# The step folders inside a run's folder (runs/<run>/...).
+EPOCHS, SELECTION, QUALIFICATION, EXPORT, PROFILING, REPORT = "epochs", "selection", "qualification", "export", "profiling", "report"
+MANIFEST_NAME = "run_manifest.json"  # the qualification's terminal record
 
 
 def run_folder(run: str) -> str:
@@ -49,7 +55,7 @@ def run_folder(run: str) -> str:
 
 def epochs_folder(run: str) -> str:
     """The folder of a run's epoch step folders, relative to results."""
-    return f"{run_folder(run)}/epochs"
+    return f"{run_folder(run)}/{EPOCHS}"
 
 
 def epoch_folder(run: str, epoch: int | str) -> str:
@@ -58,20 +64,20 @@ def epoch_folder(run: str, epoch: int | str) -> str:
 
 
 def selection_folder(run: str) -> str:
-    return f"{run_folder(run)}/selection"
+    return f"{run_folder(run)}/{SELECTION}"
 
 
 def qualification_folder(run: str) -> str:
-    return f"{run_folder(run)}/qualification"
+    return f"{run_folder(run)}/{QUALIFICATION}"
 
 
 def export_folder(run: str) -> str:
-    return f"{run_folder(run)}/export"
+    return f"{run_folder(run)}/{EXPORT}"
 
 
 def profiling_folder(run: str) -> str:
     """A profiled run's traces and lifecycle summary, relative to results."""
-    return f"{run_folder(run)}/profiling"
+    return f"{run_folder(run)}/{PROFILING}"
 
 
 REPORTS = ("validation", "qualification", "profiling")  # a run's report figures, by the stage they show
@@ -79,10 +85,10 @@ REPORTS = ("validation", "qualification", "profiling")  # a run's report figures
 
 def report_folder(run: str, part: str) -> str:
     """The folder of a run's report figures of one stage (REPORTS), relative to results."""
-    return f"{run_folder(run)}/report/{part}"
+    return f"{run_folder(run)}/{REPORT}/{part}"
 
 
-COMPARISON_FOLDER = "report/comparison"  # the floor | frozen | end-to-end figure of every qualified result
+COMPARISON_FOLDER = f"{REPORT}/comparison"  # the floor | frozen | end-to-end figure of every qualified result
 LAUNCH = "launch"  # a run's launch and plan records (records/launch.py, records/plans.py)
 
 
@@ -125,7 +131,7 @@ MEMO = "memo"  # completed epochs, by identity (records/memo.py)
 TENSORBOARD = "tensorboard"  # `rffm tensorboard`'s default event-log folder
 # Folders of the results store that hold records, never rule outputs: kept whatever the config says.
 KEPT = (LEDGER, ARTIFACTS, MEMO, EXPORTS)
-STEP_ROOTS = (RUNS, "datasets", "backbones", "caches", "report")  # the folders step folders lie under
+STEP_ROOTS = (RUNS, DATASETS, BACKBONES, CACHES, REPORT)  # the folders step folders lie under
 
 
 def planned_steps(config: dict) -> set[str]:
