@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,24 @@ def test_the_ledger_policy_comes_from_the_table():
         "python": "import_backbone",
         "export": "import_backbone",
     }
+
+
+def test_each_rule_passes_exactly_the_options_its_row_names(tmp_path: Path):
+    """The rule's shell string and the table's `flags` (which build `rffm <rule>`'s parser) name the same options."""
+    write_config(tmp_path, configs()["mixed"])  # every option appears: a sweep, epochs after the first, a reference
+    printed = snakemake(tmp_path, "-n", "-p").stdout
+    passed: dict[str, set[str]] = {}
+    for line in printed.splitlines():
+        words = line.removeprefix("Shell command: ").split()
+        if len(words) > 1 and words[0] == "rffm" and words[1] in pipeline.BY_RULE:
+            passed.setdefault(words[1], set()).update(re.findall(r"(?<!\S)(--[a-z-]+)", line))
+    for text in (REPO / "workflow/rules").glob("*.smk"):  # and as written (the mixed config imports no backbone)
+        for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text.read_text(), re.M | re.S):
+            shell = "".join(re.findall(r'"([^"]*)"', body.split("shell:")[1])) if "shell:" in body else ""
+            passed.setdefault(rule, set()).update(re.findall(r"(?<!\S)(--[a-z-]+)", shell)) if shell.startswith("rffm ") else None
+    assert set(passed) == set(pipeline.RULES)
+    for rule, flags in passed.items():
+        step = pipeline.BY_RULE[rule]
+        own = ({"--spec"} if step.spec else set()) | ({"--threads"} if step.torch else set())
+        assert flags - {"--device"} == set(step.flags) | own, rule  # --device: a torch step's, default cpu
+        assert step.torch or "--device" not in flags, rule

@@ -18,7 +18,7 @@ from rffm import config as rffm_config
 from rffm.errors import ConfigError
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records.files import atomic_write_bytes, read_json
-from rffm.records.layout import MANIFEST_NAME, MEMO, QUALIFICATION, SELECTION, run_folder
+from rffm.records.layout import EXPORT, MANIFEST_NAME, MEMO, QUALIFICATION, SELECTION, run_folder
 
 PROCEDURES = ("validation_selection", "final_qualification")
 GCS_MOUNT_ENV = "RFFM_GCS_MOUNT"
@@ -81,8 +81,8 @@ def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> 
         files["qualification_metrics.json"] = (run_dir / QUALIFICATION / "metrics.json", 0o644)
         # the deployable classifier (rules/export.smk) in its own folder: the artifact URI a Model Registry upload names
         for name in ("model.pt2", "model.onnx", "weights.safetensors", "model_card.json"):
-            if (run_dir / "export" / name).is_file():
-                files[f"export/{name}"] = (run_dir / "export" / name, 0o444)
+            if (run_dir / EXPORT / name).is_file():
+                files[f"{EXPORT}/{name}"] = (run_dir / EXPORT / name, 0o444)
     written = []
     for name, (source, mode) in files.items():
         atomic_write_bytes(target / name, source.read_bytes(), mode=mode)

@@ -123,7 +123,7 @@ def log_run(mlflow, uri: str, experiment_id: str, run_dir: Path, key: str) -> st
             if (run_dir / name).is_file():
                 mlflow.log_artifact(str(run_dir / name), artifact_path=str(Path(name).parent))
         if (run_dir / EXPORT / "model.onnx").is_file():
-            log_export(mlflow, run_dir / "export")
+            log_export(mlflow, run_dir / EXPORT)
     return active.info.run_id
 
 
