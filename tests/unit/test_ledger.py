@@ -107,7 +107,12 @@ def test_an_entry_is_write_once_where_the_filesystem_allows_and_verify_says_whic
     assert ledger.protections(store)[0][1] == "WRITABLE: any job can rewrite it (its mode was changed)"
 
 
-BUILT_BY = [("pretrain", "pretrain_backbone"), ("random", "pretrain_backbone"), ("python", "import_backbone"), ("export", "import_backbone")]
+BUILT_BY = [
+    ("pretrain", "pretrain_backbone"),
+    ("random", "pretrain_backbone"),
+    ("python", "import_backbone"),
+    ("export", "import_backbone"),
+]
 
 
 @pytest.mark.parametrize(("source", "made_by"), BUILT_BY)
