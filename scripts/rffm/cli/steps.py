@@ -71,7 +71,12 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--memo-store": {"default": "", "help": "where completed epochs are kept for resuming (default: the results store)"},
     "--profile-runs": {"nargs": "*", "default": [], "help": "runs whose profiling folders get the build's trace"},
     "--profile-batches": {"type": int, "default": 0, "help": TRACE},
-    "--encoder": {"type": _json, "dest": "spec", "help": "JSON: the backbone's input adapter, taps and keep (rffm.model.encoder.spec_for)"},
+    "--encoder": {
+        "type": _json,
+        "dest": "spec",
+        "metavar": "JSON",
+        "help": "JSON: the backbone's input adapter, taps and keep (rffm.model.encoder.spec_for)",
+    },
 }
 
 
@@ -113,9 +118,8 @@ def run_step(args: argparse.Namespace) -> None:
             os.chdir(root)
     module = importlib.import_module(f"rffm.{step.module}")
     call = ADAPTERS.get(step.rule, module.run)
-    if call is module.run:  # a step that runs where torch's device does not matter takes no device
-        accepted = inspect.signature(module.run).parameters
-        options = {key: value for key, value in options.items() if key in accepted}
+    if "device" not in inspect.signature(module.run).parameters:  # a torch step that always runs on the CPU
+        options.pop("device", None)
     sentinel = call(**options)
     if step.prints:
         what, name = step.prints
