@@ -173,7 +173,7 @@ def test_an_epoch_on_a_node_without_the_cache_builds_it_and_trains_the_same(resu
 
 
 def test_profiling_publishes_chrome_traces_and_the_lifecycle_summary(results, tmp_path: Path):
-    record_dir, _ = build(results, tmp_path, "c", batch_size=4, profile_runs=["r"], profile_batches=2)
+    record_dir, _ = build(results, tmp_path, "c", batch_size=4, profile_runs=["r"], profile_batches=2, store=tmp_path / "c/results")
     tree = record_dir.parents[1]
     scratch = tmp_path / "c/scratch"
     epochs = tree / "runs/r/epochs"
@@ -189,7 +189,7 @@ def test_profiling_publishes_chrome_traces_and_the_lifecycle_summary(results, tm
         assert expected <= names, (trace, expected - names)
     from rffm.steps import summarize_profiling
 
-    summarize_profiling.run("r", record_dir, [epochs / "1", epochs / "2"], profile_dir)
+    summarize_profiling.run("r", record_dir, [epochs / "1", epochs / "2"], profile_dir, store=tree)
     summary = json.loads((profile_dir / "cache_lifecycle_summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["traces"] == traces
     for phase in ("preallocation", "source_read", "staging", "backpressure_wait", "memmap_assign", "hash"):

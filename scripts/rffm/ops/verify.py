@@ -15,9 +15,22 @@ from typing import Any
 from rffm.data.cache_format import recipe
 from rffm.data.cache_reader import open_cache
 from rffm.errors import IntegrityError
-from rffm.records import ledger, memo, provenance
+from rffm.records import launch, ledger, memo, provenance
 from rffm.records.files import sha256_file
-from rffm.records.layout import ARTIFACTS, EXPORTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
+from rffm.records.layout import (
+    ARTIFACTS,
+    BACKBONES,
+    CACHES,
+    DATASETS,
+    EXPORTS,
+    KEPT,
+    MEMO,
+    PROVENANCE_NAME,
+    RUNS,
+    SENTINEL_NAME,
+    launch_folder,
+    planned_steps,
+)
 from rffm.records.plans import Judgment, plan_problems
 from rffm.records.rebuild import rebuild_command
 from rffm.records.seal import unseal
@@ -78,7 +91,7 @@ def results_root(sentinel_path: Path) -> Path:
     """The results tree a step folder belongs to (datasets/x, caches/x: two up; runs/r/a[/b]: up to runs' parent)."""
     path = sentinel_path.parent.resolve()
     for parent in path.parents:
-        if parent.name in ("runs", "datasets", "backbones", "caches"):
+        if parent.name in (RUNS, DATASETS, BACKBONES, CACHES):
             return parent.parent
     return path.parent
 
@@ -115,7 +128,7 @@ def export_problems(results: Path) -> list[str]:
 def memo_problems(results: Path) -> list[str]:
     """Memo entries whose sentinel, provenance, place or files are wrong (such an entry is never restored, but it is damage)."""
     problems = []
-    for sentinel_path in sorted((results / "memo").glob(f"*/*/{SENTINEL_NAME}")):
+    for sentinel_path in sorted((results / MEMO).glob(f"*/*/{SENTINEL_NAME}")):
         try:
             data = sentinel_path.read_bytes()
             body = unseal(sentinel_path, data, "memo sentinel")
@@ -138,7 +151,7 @@ def _read(path: Path) -> bytes | None:
 def launch_problems(results: Path) -> list[str]:
     """Launch records whose profile copy no longer has the recorded sha256."""
     problems = []
-    for record_path in sorted(results.glob("runs/*/launch/*/launch.json")):
+    for record_path in sorted(results.glob(f"{launch_folder('*')}/*/{launch.RECORD_NAME}")):
         try:
             record = json.loads(record_path.read_text())
             kept = record_path.parent / Path(record["file"]).name
@@ -169,7 +182,7 @@ def local_cache_problems(results: Path, folders: dict[str, Path]) -> tuple[list[
 def recorded_caches(results: Path) -> dict[str, Path]:
     """Cache record folders and where their build kept the cache (its provenance's `cache_dir`, relative to where it ran)."""
     found = {}
-    for record_path in sorted(results.glob(f"caches/*/{SENTINEL_NAME}")):
+    for record_path in sorted(results.glob(f"{CACHES}/*/{SENTINEL_NAME}")):
         try:
             details = provenance.read(record_path.parent / PROVENANCE_NAME, record_path)
             cache_dir = details.get("cache_dir", details.get("memo"))  # `memo`: the key's name in trees built before
@@ -210,7 +223,7 @@ def verify_tree(
     scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config and config.get("scratch") else None)
     if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch
         plan = judgment.config
-        records = [f for f in planned_steps(plan) if f.startswith("caches/")] if plan else list(recorded_caches(results))
+        records = [f for f in planned_steps(plan) if f.startswith(f"{CACHES}/")] if plan else list(recorded_caches(results))
         folders = {folder: scratch / Path(folder).name for folder in records}
     else:  # where each cache record's build kept its cache
         folders = recorded_caches(results)

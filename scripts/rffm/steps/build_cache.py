@@ -21,7 +21,7 @@ from rffm.errors import ConfigError
 from rffm.model import encoder as encoders
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, split_file
 from rffm.records.step import Step
-from rffm.records.store import open_store, publish_trace
+from rffm.records.store import given_store, publish_trace
 from rffm.runtime.profiling import PhaseTimes
 
 RULE = "build_cache"
@@ -96,5 +96,5 @@ def run(
         step.details.update({key: value for key, value in (stats or {}).items() if key != "meta"})
         if trace is not None and trace.exists():
             for run in profile_runs:
-                publish_trace(open_store(store or step.out_dir.parents[1]), run, trace)
+                publish_trace(given_store(store, RULE), run, trace)
     return step.sentinel

@@ -16,7 +16,7 @@ from rffm.records.files import atomic_write_json
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest
 from rffm.records.step import Step
-from rffm.records.store import open_store
+from rffm.records.store import given_store
 from rffm.report import qualification as plots
 from rffm.training.artifact import load_cnn
 from rffm.training.evaluation import predict_cnn, qualification_metrics
@@ -42,7 +42,7 @@ def run(
     recorded, recorded_in = ledger.recorded_link_in(out_dir)
     with Step(RULE, out_dir, key={"run": name}, params=spec) as step:
         out_dir = step.out_dir
-        results = open_store(store or out_dir.parents[2])
+        results = given_store(store, RULE)
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "history.json"])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME)  # test.h5 is checked only if it is read
         selection = chosen["selection"]

@@ -26,7 +26,7 @@ from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME
 from rffm.records.step import Step
-from rffm.records.store import open_store, publish_trace
+from rffm.records.store import given_store, open_store, publish_trace
 from rffm.runtime import tensorboard
 from rffm.runtime.profiling import PhaseTimes
 from rffm.training import sweep
@@ -200,7 +200,7 @@ def train_members(spec, todo, where: dict[str, Any], epoch, step: Step, device, 
                 m["step"].output(name)
             m["metrics"] = result["metrics"]
         for trace in sorted(Path(traces).glob("*.trace.json")):
-            publish_trace(results or open_store(step.out_dir.parents[3]), spec["run"], trace)
+            publish_trace(given_store(results, RULE), spec["run"], trace)
     for m in todo:
         m["step"].device = step.device
         m["step"].facts.update({"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": m["metrics"]})

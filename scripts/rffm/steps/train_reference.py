@@ -15,7 +15,7 @@ from rffm.data.splits import read_split
 from rffm.records.files import atomic_write_json
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.step import Step
-from rffm.records.store import open_store
+from rffm.records.store import given_store
 from rffm.training.reference import train_cnn
 from rffm.training.selection import choose, evidence, publish_artifact
 
@@ -27,7 +27,7 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
     dataset_dir = Path(dataset_dir)
     params = {key: spec[key] for key in ("dataset", "model", "train", "selection")}
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
-        results = open_store(store or step.out_dir.parents[2])
+        results = given_store(store, RULE)
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("train"), split_file("val")])
         classes = dataset["dataset"]["classes"]
         splits = {name: read_split(dataset_dir / split_file(name)) for name in ("train", "val")}
