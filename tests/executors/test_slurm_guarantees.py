@@ -1,7 +1,7 @@
 """The workflow's guarantees on a real single-node slurmctld with profiles/slurm (issue 11, acceptance 3 and 5).
 
 One chain of launches in one working directory, two runs (`base`, the tiny run, and `other`) sharing
-the tiny dataset, backbone and hidden-state cache; the cache is a node-local memo under `scratch`:
+the tiny dataset, backbone and hidden-state cache; the cache is node-local, under `scratch`:
 1. `validation_selection`; `base`'s epochs job is cancelled (scancel) once epoch 2 is complete in the
    results store: that launch fails;
 2. the node's scratch is wiped (the rerun lands on another node), `validation_selection` again: epochs

@@ -3,10 +3,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from rffm.config import entry_defaults
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import backbone
 
-ARCH = backbone.BackboneArch(length=64, patch=16, dim=16, depth=1, heads=2, mlp_ratio=2)
+SCHEMA_ARCH = entry_defaults("backbones", {"source": "random"})["arch"]  # the defaults live only in the schema
+SMALL = {"length": 64, "patch": 16, "dim": 16, "depth": 1, "heads": 2, "stem": "iq", "output_layers": 1}
+ARCH = backbone.BackboneArch(**{**SCHEMA_ARCH, **SMALL})
 
 
 def test_forward_shapes_and_scale_invariance():
@@ -45,11 +48,12 @@ def test_tampered_weights_are_refused(tmp_path: Path):
 
 def test_invalid_arch_is_a_config_error():
     with pytest.raises(ConfigError, match="multiple of patch"):
-        backbone.IQPatchTransformer(backbone.BackboneArch(length=60, patch=16))
+        backbone.IQPatchTransformer(backbone.BackboneArch(**{**SCHEMA_ARCH, "length": 60, "patch": 16}))
 
 
 def test_rf_stem_is_blind_to_carrier_phase_and_outputs_several_layers():
-    arch = backbone.BackboneArch(length=64, patch=8, dim=16, depth=2, heads=2, stem="rf", output_layers=3)
+    rf = {"length": 64, "patch": 8, "dim": 16, "depth": 2, "heads": 2, "stem": "rf", "output_layers": 3}
+    arch = backbone.BackboneArch(**{**SCHEMA_ARCH, **rf})
     model = backbone.build(arch, seed=0).eval()
     iq = torch.randn(4, 2, 64)
     rotated = torch.stack([iq[:, 0] * 0.6 - iq[:, 1] * 0.8, iq[:, 0] * 0.8 + iq[:, 1] * 0.6], dim=1)  # e^{j 53.13 deg}

@@ -272,6 +272,12 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "backbones.mini.arch.heads: 3 does not divide dim 16. Fix: use one of 1, 2, 4, 8, 16",
     ),
     (
+        "output-layers-default-over-a-lowered-depth",
+        lambda c: backbone(c)["arch"].pop("output_layers"),
+        "backbones.mini.arch.output_layers: 4 exceeds depth + 1 = 2 (the embedding and each block). "
+        "Fix: set output_layers to 1 to 2 (when it is not written, its default is for the default depth)",
+    ),
+    (
         "heads-default-dim",
         lambda c: backbone(c).pop("arch") and backbone(c).update(arch={"heads": 5}),
         "backbones.mini.arch.heads: 5 does not divide dim 64. Fix: use one of 1, 2, 4, 8, 16, 32, 64",

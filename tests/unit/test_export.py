@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from rffm.config import entry_defaults
 from rffm.errors import IntegrityError
 from rffm.model import backbone
 from rffm.model import encoder as encoders
@@ -16,7 +17,10 @@ from rffm.model.head import AttentionPoolHead, HeadConfig
 from rffm.model.taps import spec_for
 from rffm.steps import export
 
-ARCH = backbone.BackboneArch(length=32, patch=8, dim=8, depth=1, heads=2, mlp_ratio=2)
+SCHEMA_ARCH = entry_defaults("backbones", {"source": "random"})["arch"]  # the defaults live only in the schema
+SMALL = {"length": 32, "patch": 8, "dim": 8, "depth": 1, "heads": 2, "stem": "iq", "output_layers": 1}
+ARCH = backbone.BackboneArch(**{**SCHEMA_ARCH, **SMALL})
+HEAD_DEFAULTS = entry_defaults("runs", {"train": {}})["train"]["head"]
 
 
 def classifier(seed: int) -> export.Classifier:
@@ -24,7 +28,7 @@ def classifier(seed: int) -> export.Classifier:
     encoder = encoders.Encoder(model, "test", spec_for({}), "backbones.test", native_layers=1, length=ARCH.length)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        head = AttentionPoolHead(HeadConfig(dim=8, classes=3, hidden=16)).eval()
+        head = AttentionPoolHead(HeadConfig(dim=8, classes=3, layers=1, **{**HEAD_DEFAULTS, "hidden": 16})).eval()
     return export.Classifier(encoder, head).eval().requires_grad_(False)
 
 

@@ -12,7 +12,7 @@ from rffm.errors import IntegrityError
 from rffm.model import backbone
 from rffm.records.files import sha256_bytes
 from rffm.records.store import PosixStore
-from rffm.steps import qualify
+from rffm.training.artifact import load_head
 
 
 class Payload:
@@ -56,6 +56,6 @@ def test_a_hostile_artifact_is_refused_in_one_line(tmp_path: Path):
     store = PosixStore(tmp_path)
     store.create(key, data)
     with pytest.raises(IntegrityError) as error:
-        qualify.load_artifact(store, {"key": key, "sha256": sha256_bytes(data)})
+        load_head(store, {"key": key, "sha256": sha256_bytes(data)})
     assert "not an rffm head artifact" in one_line(error, tmp_path / key)
     assert not marker.exists()

@@ -105,3 +105,26 @@ def test_an_entry_is_write_once_where_the_filesystem_allows_and_verify_says_whic
     assert ledger.read(store, ledger.entry_key(SPLIT, "run-a")) == entry("run-a", "art-1")
     writable(path)
     assert ledger.protections(store)[0][1] == "WRITABLE: any job can rewrite it (its mode was changed)"
+
+
+BUILT_BY = [
+    ("pretrain", "pretrain_backbone"),
+    ("random", "pretrain_backbone"),
+    ("python", "import_backbone"),
+    ("export", "import_backbone"),
+]
+
+
+@pytest.mark.parametrize(("source", "made_by"), BUILT_BY)
+def test_a_runs_selection_source_holds_the_code_of_the_step_that_built_its_backbone(source: str, made_by: str):
+    """The steps come from the pipeline table: an imported user backbone (python, export, checkpoint) is import_backbone's."""
+    config = {
+        "runs": {"r": {"dataset": "d", "backbone": "b", "train": {"epochs": 2}, "profiling": {"batch_count": 1}}},
+        "datasets": {"d": {"source": "synthetic"}},
+        "backbones": {"b": {"source": source}},
+    }
+    code = {rule: f"digest of {rule}" for rule in ("stage_dataset", "pretrain_backbone", "import_backbone", "build_cache", "train_epoch")}
+    code |= {"select_checkpoint": "s", "qualify": "q"}
+    found = ledger.selection_source(config, "r", code)
+    assert set(found["code"]) == {"stage_dataset", made_by, "build_cache", "train_epoch", "select_checkpoint"}
+    assert "profiling" not in found["runs"]["r"]

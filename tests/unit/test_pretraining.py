@@ -11,9 +11,9 @@ from rffm.config import entry_defaults
 from rffm.data.splits import map_iq, read_split
 from rffm.errors import IntegrityError
 from rffm.model import backbone
-from rffm.model import pretraining as pretrain
 from rffm.records import step as step_module
 from rffm.records.files import sha256_file
+from rffm.training import pretraining as pretrain
 
 DATASET = {
     "name": "t",
@@ -25,7 +25,7 @@ BACKBONE = {
     "name": "b",
     "source": "pretrain",
     "dataset": "t",
-    "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2},
+    "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2, "stem": "iq", "output_layers": 1},
     "pretrain": {"epochs": 2, "batch_size": 8},
 }
 

@@ -4,36 +4,21 @@ import json
 from pathlib import Path
 
 import pytest
+from cached_tiny import build_cache
 
-from conftest import cache_build, make_backbone, stage, train_one_epoch
+from conftest import train_one_epoch
 from rffm.errors import ConfigError
 from rffm.steps import select_checkpoint
 from rffm.training import sweep
 from rffm.training.selection import choose, sweep_candidates
 
-DATASET = {
-    "name": "t",
-    "source": "synthetic",
-    "seed": 3,
-    "synthetic": {
-        "classes": ["BPSK", "WBFM", "GFSK"],
-        "snr_db": {"min": 10, "max": 10, "step": 1},
-        "examples_per_class_snr": 24,
-        "length": 32,
-    },
-}
-BACKBONE = {"name": "b", "source": "random", "dataset": "t", "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2}}
 PLAIN = {"run": "r", "dataset": "t", "backbone": "b", "train": {"lr": 0.01, "batch_size": 8, "seed": 0}}
 GRID = [["train.lr", [0.003, 0.01]], ["train.head.dropout", [0.0, 0.3]]]
 
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cache")
-    stage(DATASET, root / "results/datasets/t")
-    make_backbone(BACKBONE, root / "results/datasets/t", root / "results/backbones/b")
-    cache_build(root / "results/datasets/t", root / "results/backbones/b", root / "results/caches/t__b", root / "scratch")
-    return root / "results/caches/t__b"
+    return build_cache(tmp_path_factory.mktemp("cache"))
 
 
 def train(spec: dict, record: Path, out: Path, epochs: int, memo: Path) -> None:

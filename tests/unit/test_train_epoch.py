@@ -2,34 +2,19 @@ import json
 from pathlib import Path
 
 import pytest
+from cached_tiny import BACKBONE, build_cache
 
-from conftest import cache_build, make_backbone, stage, train_one_epoch
+from conftest import train_one_epoch
 from rffm.errors import ConfigError, IntegrityError
 from rffm.training import epoch as train
 
-DATASET = {
-    "name": "t",
-    "source": "synthetic",
-    "seed": 3,
-    "synthetic": {
-        "classes": ["BPSK", "WBFM", "GFSK"],
-        "snr_db": {"min": 10, "max": 10, "step": 1},
-        "examples_per_class_snr": 24,
-        "length": 32,
-    },
-}
-BACKBONE = {"name": "b", "source": "random", "dataset": "t", "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2}}
 SPEC = {"run": "r", "train": {"lr": 0.01, "batch_size": 8, "seed": 0}}
 
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory) -> Path:
     """The cache record (results/caches/t__b); its memo is in root/scratch, and no epoch memo is kept."""
-    root = tmp_path_factory.mktemp("cache")
-    stage(DATASET, root / "results/datasets/t")
-    make_backbone(BACKBONE, root / "results/datasets/t", root / "results/backbones/b")
-    cache_build(root / "results/datasets/t", root / "results/backbones/b", root / "results/caches/t__b", root / "scratch")
-    return root / "results/caches/t__b"
+    return build_cache(tmp_path_factory.mktemp("cache"))
 
 
 def epoch(spec: dict, record: Path, number: int, previous: Path | None, out: Path) -> Path:
@@ -109,12 +94,8 @@ def test_a_diverged_epoch_stops_and_leaves_no_sentinel(cache_dir: Path, tmp_path
 
 
 def test_a_multi_layer_cache_trains_a_layer_mixing_head(tmp_path: Path):
-    root = tmp_path
-    stage(DATASET, root / "results/datasets/t")
     spec = {**BACKBONE, "source": "pretrain", "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2}, "pretrain": {"epochs": 1}}
-    make_backbone(spec, root / "results/datasets/t", root / "results/backbones/b")
-    cache_build(root / "results/datasets/t", root / "results/backbones/b", root / "results/caches/t__b", root / "scratch")
-    metrics = run(root / "results/caches/t__b", tmp_path / "run", 3)
+    metrics = run(build_cache(tmp_path, spec), tmp_path / "run", 3)
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
     checkpoint = __import__("torch").load(tmp_path / "run/3/checkpoint.pt", weights_only=True)
     assert checkpoint["head_config"]["layers"] == 2 and "layer_weights" in checkpoint["head"]

@@ -130,6 +130,6 @@ def test_a_cache_that_cannot_fit_is_refused_while_planning_and_mean_tokens_plan_
     snakemake(workdir, "--set-resources", f"build_cache:disk_mb={disk_mb:.3f}")
     memo = workdir / "scratch/tiny__spectrum"
     data = [p for p in memo.iterdir() if p.name not in ("meta.json", "sentinel.json")]
-    on_disk = sum(p.stat().st_blocks * 512 for p in data)  # the planner allows 64 KiB each for meta.json and the memo sentinel
+    on_disk = sum(p.stat().st_blocks * 512 for p in data)  # the planner allows 64 KiB each for meta.json and the cache sentinel
     assert abs(on_disk - (sizes["mean"] - 2 * (64 << 10))) <= len(data) * 4096, (on_disk, sizes["mean"])
     assert (workdir / "results/runs/spectrum/qualification/run_manifest.json").exists()

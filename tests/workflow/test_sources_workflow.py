@@ -16,7 +16,7 @@ from rffm.data import sources, synthetic
 pytestmark = pytest.mark.workflow
 
 SPLITS = {"train": 0.5, "val": 0.25, "test": 0.25}
-ARCH = {"patch": 16, "dim": 16, "depth": 1, "heads": 2, "mlp_ratio": 2}
+ARCH = {"patch": 16, "dim": 16, "depth": 1, "heads": 2, "mlp_ratio": 2, "stem": "iq", "output_layers": 1}
 TRAIN = {"epochs": 1, "lr": 0.01, "batch_size": 16, "seed": 0}
 
 

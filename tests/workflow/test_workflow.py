@@ -70,7 +70,7 @@ def test_staging_seed_change_reruns_everything(workdir: Path):
 
 
 def test_a_scratch_without_the_cache_reruns_nothing(workdir: Path):
-    """The hidden-state cache is a node-local memo, not a workflow file: losing it (a new node) plans no job."""
+    """The hidden-state cache is node-local, not a workflow file: losing it (a new node) plans no job."""
     shutil.rmtree(workdir / "scratch")
     assert planned_jobs(workdir) == []
 

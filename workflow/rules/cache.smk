@@ -5,18 +5,13 @@ rule build_cache:
         sentinel=cache_file("{dataset}", "{backbone}", "sentinel.json"),
         provenance=cache_file("{dataset}", "{backbone}", "provenance.json"),
     log:
-        f"{RESULTS}/logs/build_cache/{{dataset}}__{{backbone}}.log",
+        log_path("build_cache", "{dataset}__{backbone}"),
     group:
         cache_group
     threads: THREADS
     resources:
+        **CACHE_RESOURCES,
         torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
-        device=DEVICE,
-        backbone_batch=BACKBONE_BATCH,
-        disk_headroom=DISK_HEADROOM,
-        batch_profile=BATCH_PROFILE,
-        scratch=SCRATCH,
-        store=STORE,
         cache_profile_runs=cache_profile_runs,
         cache_profile_batches=cache_profile_batches,
     params:

@@ -4,37 +4,16 @@ import re
 import shlex
 import sys
 
-from snakemake.exceptions import WorkflowError
-
-from rffm import config as rffm_config
 from rffm.data.sources import input_files as source_input_files
-from rffm.errors import PlanRefused, RffmError
-from rffm.records import launch, ledger, plans
+from rffm.ops import planning
+from rffm.records import layout, ledger, pipeline
 from rffm.records.code import code_digest
-from rffm.records.layout import (
-    SPLITS,
-    CACHED_SPLITS,
-    backbone_folder,
-    cache_folder,
-    dataset_folder,
-    run_folder,
-    split_file,
-)
-from rffm.records.store import open_store
-from rffm.data import cache_plan
+from rffm.records.layout import SPLITS, CACHED_SPLITS, split_file
 from rffm.model.taps import spec_for
-from rffm.model.usercode import user_source
 from rffm.training import sweep
-from rffm.ops.preflight import pinned_image_problem
-from rffm.ops.unlock import lock_line, record_owner
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
-# It also reads the config files (repeated keys) and, where jobs and files are on this machine, checks them.
-try:
-    rffm_config.check(config, **rffm_config.snakemake_settings(workflow))
-except RffmError as error:
-    # PlanRefused is a SystemExit: Snakemake prints the lines as they are (no "WorkflowError in file" frame)
-    raise PlanRefused(f"rffm: {error}") from None
+planning.check_config(config, workflow)
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).
@@ -43,33 +22,13 @@ shell.prefix(
 )
 
 # The worker image (envs/Dockerfile) every job runs in, pinned by digest; declared as the workflow's container.
-WORKER_IMAGE = os.environ.get("RFFM_WORKER_IMAGE") or None
-if WORKER_IMAGE and (IMAGE_PROBLEM := pinned_image_problem(WORKER_IMAGE)):
-    raise WorkflowError(IMAGE_PROBLEM)
-WORKER_CONTAINER = f"docker://{WORKER_IMAGE}" if WORKER_IMAGE else None
+WORKER_CONTAINER = planning.worker_container()
 
 RESULTS = config["results"].rstrip("/")
 SCRATCH = config["scratch"].rstrip("/")
 THREADS = config["threads"]
-STEPS = (
-    "stage_dataset",
-    "pretrain_backbone",
-    "import_backbone",
-    "build_cache",
-    "train_epoch",
-    "select_checkpoint",
-    "qualify",
-    "plot_training",
-    "summarize_manifest",
-    "summarize_profiling",
-    "plot_cache_lifecycle",
-    "train_reference",
-    "qualify_reference",
-    "plot_comparison",
-    "export",
-)
 # A tracked param per step: the digest of its rffm.steps module and what that imports, so an edit reruns it.
-CODE = {rule: code_digest(f"steps.{rule}") for rule in STEPS}
+CODE = {step.rule: code_digest(step.module) for step in pipeline.STEPS}
 
 
 def names_pattern(names):
@@ -77,7 +36,9 @@ def names_pattern(names):
     return "|".join(re.escape(name) for name in sorted(names)) or "(?!)"
 
 
-def backbones_with_source(*sources):
+def backbones_built_by(rule):
+    """The backbones whose source this rule builds (rffm.records.pipeline)."""
+    sources = pipeline.BY_RULE[rule].backbone_sources
     return [n for n, b in config["backbones"].items() if b["source"] in sources]
 
 
@@ -93,15 +54,8 @@ wildcard_constraints:
 # With a default storage provider (Google Batch: a GCS prefix) every rule output goes through it; the
 # steps also write what must outlive Snakemake's bookkeeping (ledger, artifacts, memo of epochs, launch
 # records, traces) into the same place themselves (rffm.records.store). The hidden-state cache is never
-# a workflow file: a node-local memo under `scratch`, built by whoever needs it (rffm.data.cache).
-PREFIX = workflow.storage_settings.default_storage_prefix
-# profiles/gcp-batch reads the bucket from the environment: name a missing variable first.
-if "$" in (PREFIX or ""):
-    raise WorkflowError(
-        f"default-storage-prefix {PREFIX!r} names an environment variable that is not set. "
-        "Fix: export it (profiles/README.md, Google Cloud)."
-    )
-STORE = f"{PREFIX.rstrip('/')}/{RESULTS}" if PREFIX else RESULTS
+# a workflow file: node-local under `scratch`, built by whoever needs it (rffm.data.cache_local).
+STORE = planning.results_store(workflow, RESULTS)
 
 
 # Directories are derived from the job's own input/output paths, which under a storage provider
@@ -121,23 +75,47 @@ def input_dirs(name):
 
 
 def dataset_file(dataset, name):
-    return f"{RESULTS}/{dataset_folder(dataset)}/{name}"
+    return f"{RESULTS}/{layout.dataset_folder(dataset)}/{name}"
 
 
 def backbone_file(backbone, name):
-    return f"{RESULTS}/{backbone_folder(backbone)}/{name}"
+    return f"{RESULTS}/{layout.backbone_folder(backbone)}/{name}"
 
 
 def cache_file(dataset, backbone, name):
-    return f"{RESULTS}/{cache_folder(dataset, backbone)}/{name}"
-
-
-def run_file(run, name):
-    return f"{RESULTS}/{run_folder(run)}/{name}"
+    return f"{RESULTS}/{layout.cache_folder(dataset, backbone)}/{name}"
 
 
 def epoch_file(run, epoch, name):
-    return f"{RESULTS}/runs/{run}/epochs/{epoch}/{name}"
+    return f"{RESULTS}/{layout.epoch_folder(run, epoch)}/{name}"
+
+
+def selection_file(run, name):
+    return f"{RESULTS}/{layout.selection_folder(run)}/{name}"
+
+
+def qualification_file(run, name):
+    return f"{RESULTS}/{layout.qualification_folder(run)}/{name}"
+
+
+def export_file(run, name):
+    return f"{RESULTS}/{layout.export_folder(run)}/{name}"
+
+
+def profiling_file(run, name):
+    return f"{RESULTS}/{layout.profiling_folder(run)}/{name}"
+
+
+def report_file(run, part, name):
+    return f"{RESULTS}/{layout.report_folder(run, part)}/{name}"
+
+
+def comparison_file(name):
+    return f"{RESULTS}/{layout.COMPARISON_FOLDER}/{name}"
+
+
+def log_path(rule, name=""):
+    return f"{RESULTS}/{layout.log_file(rule, name)}"
 
 
 def as_json(obj):
@@ -209,13 +187,17 @@ DISK_HEADROOM = str(config["cache"]["disk_headroom"])
 BATCH_PROFILE = f"{SCRATCH}/batch_profile.json"
 LAUNCH_PROFILE = config.get("launch_profile", "")
 MEMO_STORE = config.get("checkpoint_store", "")
-# what the profile asks for build_cache (set-resources): the cache planner's disk on clusters
-BUILD_CACHE_DISK = {
-    key: getattr(value, "raw", value)
-    for key, value in workflow.resource_settings.overwrite_resources.get(
-        "build_cache", {}
-    ).items()
+# How a step that builds a cache where it is missing runs: build_cache, and an epoch on a node without one.
+CACHE_RESOURCES = {
+    "device": DEVICE,
+    "backbone_batch": BACKBONE_BATCH,
+    "disk_headroom": DISK_HEADROOM,
+    "batch_profile": BATCH_PROFILE,
+    "scratch": SCRATCH,
+    "store": STORE,
 }
+# what the profile asks for build_cache (set-resources): the cache planner's disk on clusters
+BUILD_CACHE_DISK = planning.overwritten_resources(workflow, "build_cache")
 
 
 def profiling_runs(dataset, backbone):
@@ -352,56 +334,19 @@ def selection_inputs(wildcards):
     }
 
 
-def qualified_runs():
-    """Runs the ledger holds an entry for (read once, by the submitting Snakemake only)."""
-    if not workflow.is_main_process or workflow.remote_exec:
-        return {}
-    try:  # a damaged ledger entry stops the plan before any job, with the one line
-        return ledger.runs_qualified(open_store(STORE))
-    except RffmError as error:
-        raise PlanRefused(f"rffm: {error}") from None
-
-
-QUALIFIED = None
-
-
-def refuse_changed_qualified_run(run):
-    """Stop while the plan is built, before any job runs or any file is deleted, when a run that
-    spent its test exposure would be trained or selected again from changed settings."""
-    global QUALIFIED
-    if QUALIFIED is None:
-        QUALIFIED = qualified_runs()
-    problem = ledger.frozen_run_problem(QUALIFIED.get(run, []), selection_source(run))
-    if problem:
-        raise PlanRefused(f"rffm: {problem}")
-    if workflow.is_main_process and not workflow.remote_exec:
-        refuse_changed_ledger_entry(run)
-
-
-def refuse_changed_ledger_entry(run):
-    """Stop while the plan is built (before Snakemake deletes a forced qualify's outputs, which record the
-    entry) when the run's ledger entry is not the one its qualification recorded: deleted, edited, put back.
-    """
-    store = open_store(STORE)
-    folder = f"runs/{run}/qualification"
-    recorded, name = ledger.recorded_link(lambda file: store.read(f"{folder}/{file}"))
-    if recorded is not None:
-        where = f"{store.where(folder)}/{name}"
-        if problem := ledger.recorded_entry_problem(
-            store, recorded["key"], recorded, where
-        ):
-            raise PlanRefused(f"rffm: {problem}")
+# a run that spent its test exposure is never trained or selected again from changed settings
+FROZEN = planning.FrozenRuns(workflow, STORE, selection_source)
 
 
 def qualify_inputs(wildcards):
-    refuse_changed_qualified_run(wildcards.run)
+    FROZEN.refuse(wildcards.run)
     cfg = run_config(wildcards.run)
     dataset, backbone = cfg["dataset"], cfg["backbone"]
     provenance = [
         dataset_file(dataset, "provenance.json"),
         backbone_file(backbone, "provenance.json"),
         cache_file(dataset, backbone, "provenance.json"),
-        run_file(wildcards.run, "selection/provenance.json"),
+        selection_file(wildcards.run, "provenance.json"),
         *(
             epoch_file(wildcards.run, e, name)
             for e in run_epochs(wildcards.run)
@@ -409,8 +354,8 @@ def qualify_inputs(wildcards):
         ),
     ]
     return {
-        "selection": run_file(wildcards.run, "selection/sentinel.json"),
-        "selection_json": ancient(run_file(wildcards.run, "selection/selection.json")),
+        "selection": selection_file(wildcards.run, "sentinel.json"),
+        "selection_json": ancient(selection_file(wildcards.run, "selection.json")),
         "backbone": backbone_file(backbone, "sentinel.json"),
         "weights": ancient(backbone_file(backbone, "backbone.pt")),
         "dataset": dataset_file(dataset, "sentinel.json"),
@@ -436,11 +381,11 @@ def qualify_dirs(wildcards, input):
 
 
 def all_selections():
-    return [run_file(run, "selection/sentinel.json") for run in config["runs"]]
+    return [selection_file(run, "sentinel.json") for run in config["runs"]]
 
 
 def all_manifests():
-    return [run_file(run, "qualification/run_manifest.json") for run in config["runs"]]
+    return [qualification_file(run, "run_manifest.json") for run in config["runs"]]
 
 
 # ---- report figures (rules/report.smk) ----
@@ -448,7 +393,7 @@ def all_manifests():
 
 def profiling_summary(wildcards):
     """The cache lifecycle summary of a profiled run (runs.<run>.profiling)."""
-    return run_file(wildcards.run, "profiling/cache_lifecycle_summary.json")
+    return profiling_file(wildcards.run, "cache_lifecycle_summary.json")
 
 
 def profiled_epochs(run):
@@ -476,12 +421,12 @@ def profiling_inputs(wildcards):
 def manifest_inputs(wildcards):
     cfg = run_config(wildcards.run)
     return {
-        "qualification": run_file(wildcards.run, "qualification/sentinel.json"),
-        "manifest": ancient(run_file(wildcards.run, "qualification/run_manifest.json")),
+        "qualification": qualification_file(wildcards.run, "sentinel.json"),
+        "manifest": ancient(qualification_file(wildcards.run, "run_manifest.json")),
         "linked": ancient(
             [
-                run_file(wildcards.run, "qualification/provenance.json"),
-                run_file(wildcards.run, "selection/sentinel.json"),
+                qualification_file(wildcards.run, "provenance.json"),
+                selection_file(wildcards.run, "sentinel.json"),
                 dataset_file(cfg["dataset"], "sentinel.json"),
                 backbone_file(cfg["backbone"], "sentinel.json"),
             ]
@@ -491,7 +436,7 @@ def manifest_inputs(wildcards):
 
 def validation_reports(run):
     return [
-        run_file(run, f"report/validation/{name}")
+        report_file(run, "validation", name)
         for name in ("training_curves.png", "selection_evidence.png")
     ]
 
@@ -499,9 +444,9 @@ def validation_reports(run):
 def final_reports(run):
     """Every report figure of a run; the lifecycle chart only when profiling is configured."""
     files = validation_reports(run)
-    files.append(run_file(run, "report/qualification/manifest_summary.html"))
+    files.append(report_file(run, "qualification", "manifest_summary.html"))
     if run_config(run).get("profiling"):
-        files.append(run_file(run, "report/profiling/cache_lifecycle.png"))
+        files.append(report_file(run, "profiling", "cache_lifecycle.png"))
     return files
 
 
@@ -533,13 +478,13 @@ def reference_train_inputs(wildcards):
 
 
 def reference_qualify_inputs(wildcards):
-    refuse_changed_qualified_run(wildcards.reference)
+    FROZEN.refuse(wildcards.reference)
     dataset = config["references"][wildcards.reference]["dataset"]
     return {
-        "selection": run_file(wildcards.reference, "selection/sentinel.json"),
+        "selection": selection_file(wildcards.reference, "sentinel.json"),
         "selection_files": ancient(
             [
-                run_file(wildcards.reference, f"selection/{n}")
+                selection_file(wildcards.reference, n)
                 for n in ("selection.json", "history.json", "provenance.json")
             ]
         ),
@@ -550,12 +495,10 @@ def reference_qualify_inputs(wildcards):
 
 
 def all_reference_manifests():
-    return [
-        run_file(r, "qualification/run_manifest.json") for r in config["references"]
-    ]
+    return [qualification_file(r, "run_manifest.json") for r in config["references"]]
 
 
-COMPARISON = f"{RESULTS}/report/comparison/comparison.png"
+COMPARISON = comparison_file("comparison.png")
 
 
 def comparison_reports():
@@ -567,21 +510,28 @@ def comparison_inputs(wildcards):
     """Every qualified result, and the records its wall time is summed from."""
     names = [*config["runs"], *config["references"]]
     timings = [
-        run_file(n, f"{step}/provenance.json")
+        file(n, "provenance.json")
         for n in names
-        for step in ("selection", "qualification")
+        for file in (selection_file, qualification_file)
     ]
     for run, cfg in config["runs"].items():
         timings += [backbone_file(cfg["backbone"], "provenance.json")]
         timings += [cache_file(cfg["dataset"], cfg["backbone"], "provenance.json")]
         timings += [epoch_file(run, e, "provenance.json") for e in run_epochs(run)]
     return {
-        "qualifications": [run_file(n, "qualification/sentinel.json") for n in names],
+        "qualifications": [qualification_file(n, "sentinel.json") for n in names],
         "manifests": ancient(
-            [run_file(n, "qualification/run_manifest.json") for n in names]
+            [qualification_file(n, "run_manifest.json") for n in names]
         ),
         "timings": ancient(timings),
     }
+
+
+def comparison_root(wildcards, input):
+    """results/ as the job sees it (local copies under a storage provider): the root of the first qualification."""
+    first = [*config["runs"], *config["references"]][0]
+    folder = os.path.dirname(input.qualifications[0])
+    return layout.root_of(folder, layout.qualification_folder(first))
 
 
 # ---- the exported classifier (rules/export.smk) ----
@@ -592,8 +542,8 @@ def export_inputs(wildcards):
     cfg = run_config(wildcards.run)
     dataset, backbone = cfg["dataset"], cfg["backbone"]
     return {
-        "qualification": run_file(wildcards.run, "qualification/sentinel.json"),
-        "selection": run_file(wildcards.run, "selection/sentinel.json"),
+        "qualification": qualification_file(wildcards.run, "sentinel.json"),
+        "selection": selection_file(wildcards.run, "sentinel.json"),
         "backbone": backbone_file(backbone, "sentinel.json"),
         "dataset": dataset_file(dataset, "sentinel.json"),
         "cache": ancient(cache_file(dataset, backbone, "sentinel.json")),
@@ -606,9 +556,9 @@ def export_inputs(wildcards):
         ),
         "files": ancient(
             [
-                run_file(wildcards.run, "qualification/run_manifest.json"),
-                run_file(wildcards.run, "selection/selection.json"),
-                run_file(wildcards.run, "selection/model_card.json"),
+                qualification_file(wildcards.run, "run_manifest.json"),
+                selection_file(wildcards.run, "selection.json"),
+                selection_file(wildcards.run, "model_card.json"),
                 backbone_file(backbone, "backbone.pt"),
                 dataset_file(dataset, split_file("val")),
             ]
@@ -624,22 +574,15 @@ def export_dirs(wildcards, input):
 
 
 def all_exports():
-    return [run_file(run, "export/sentinel.json") for run in config["runs"]]
+    return [export_file(run, "sentinel.json") for run in config["runs"]]
 
 
 # ---- when the workflow starts executing (never on -n or --lint) ----
 
 
 def on_start():
-    """Note this host as the lock's owner (for `rffm unlock`) and record the launch profile of every run."""
-    record_owner(os.getcwd())
-    try:
-        launch.record_launch(
-            LAUNCH_PROFILE, workflow.basedir, open_store(STORE), list(config["runs"])
-        )
-    except RffmError as error:  # before any job: stop with the one line
-        raise PlanRefused(f"rffm: {error}") from None
-    record_plans()
+    """Note the lock's owner, record the launch profile and the plan of every run (rffm.ops.planning)."""
+    planning.on_start(workflow, config, STORE, LAUNCH_PROFILE)
 
 
 # ---- bring your own backbone (rffm.model.encoder): the cache's encoder, the user's code, the cache planner ----
@@ -653,107 +596,19 @@ def cache_encoder(wildcards):
 
 def user_code(wildcards):
     """import_backbone's param for `source: python`: the digest of the user's package source (an edit reruns the import)."""
-    backbone = config["backbones"][wildcards.backbone]
-    if backbone["source"] != "python":
-        return ""
-    python = backbone["python"]
-    try:
-        where = f"backbones.{wildcards.backbone}"
-        code = user_source(python["entry_point"], python.get("import_path"), where)
-        return code["sha256"]
-    except RffmError as error:
-        raise PlanRefused(f"rffm: {error}") from None
+    return planning.user_code(
+        config["backbones"][wildcards.backbone], wildcards.backbone
+    )
 
 
 # Caches that cannot fit the scratch disk (or a dataset length the backbone does not take) stop the plan, -n included.
-if workflow.is_main_process and not workflow.remote_exec:
-    if refused := cache_plan.refusals(config, RESULTS, SCRATCH, BUILD_CACHE_DISK):
-        raise PlanRefused("rffm: " + "\n  ".join(refused))
-
-
-# ---- while planning: a lock a killed run left (read only; Snakemake's own paragraph follows) ----
-if (
-    workflow.is_main_process
-    and not workflow.remote_exec
-    and not workflow.subprocess_exec
-):
-    if LOCK_LINE := lock_line(os.getcwd()):
-        print(LOCK_LINE, file=sys.stderr)
-
-
-# ---- the plan records (rffm.records.plans) ----
-
-
-def record_plans():
-    """Record which config files (and --config values) planned every run, for the everyday commands."""
-    settings = workflow.config_settings
-    plans.record_plans(
-        config,
-        rffm_config.snakemake_settings(workflow)["files"],
-        dict(settings.config or {}),
-        open_store(STORE),
-        replaced=bool(settings.replace_workflow_config and settings.overwrite_config),
-        cwd=os.getcwd(),
-        snakefile=str(workflow.main_snakefile),
-    )
+planning.refuse_unfit_caches(workflow, config, RESULTS, SCRATCH, BUILD_CACHE_DISK)
+# A lock a killed run left (read only; Snakemake's own paragraph follows).
+planning.print_lock(workflow)
 
 
 # ---- the targets named on the command line (checked at the Snakefile's end, once all rules exist) ----
 
 
-def command_line_targets():
-    """The targets of the `snakemake` command line that is parsing this workflow (Snakemake hands them to the
-    workflow only after parsing it); none for a job, an API caller (rffm posttrain) or an unreadable line.
-    """
-    if not workflow.is_main_process or workflow.remote_exec:
-        return []
-    if "snakemake" not in os.path.basename(os.path.dirname(sys.argv[0]) + sys.argv[0]):
-        return []
-    try:
-        from snakemake.cli import get_argument_parser
-
-        return sorted(get_argument_parser().parse_args(sys.argv[1:]).targets or [])
-    except (
-        SystemExit,
-        Exception,
-    ):  # whatever Snakemake's own parser makes of it, it reports itself
-        return []
-
-
 def check_targets():
-    """One line for a target nothing here can make (a misspelt rule or run id, an epoch beyond a run's plan),
-    naming what is configured, instead of Snakemake's MissingRuleException or a plan beyond the config.
-    """
-    runs = {**config["runs"], **config["references"]}
-    prefix = os.path.normpath(RESULTS).split("/")
-    for target in command_line_targets():
-        parts = os.path.normpath(target).split("/")
-        if workflow.is_rule(target) or (len(parts) == 1 and os.path.exists(target)):
-            continue
-        if len(parts) == 1:
-            targets = ", ".join(sorted(r.name for r in workflow.rules))
-            raise PlanRefused(
-                f"rffm: target {target!r}: the workflow has no such target. Fix: name one of its rules ({targets}) "
-                f"or a file under {RESULTS}/"
-            )
-        rest = parts[len(prefix) :] if parts[: len(prefix)] == prefix else []
-        if len(rest) < 2 or rest[0] != "runs":
-            continue
-        if rest[1] not in runs:
-            raise PlanRefused(
-                f"rffm: target {target}: {rest[1]!r} is no configured run or reference (configured: "
-                f"{', '.join(sorted(runs)) or 'none'}). Fix: name one of them, or add the run to the config"
-            )
-        if (
-            len(rest) > 3
-            and rest[2] == "epochs"
-            and rest[1] in config["runs"]
-            and rest[3].isdigit()
-        ):
-            planned = config["runs"][rest[1]]["train"]["epochs"]
-            if not 1 <= int(rest[3]) <= planned:
-                raise PlanRefused(
-                    f"rffm: target {target}: runs.{rest[1]}.train.epochs plans epochs 1 to {planned}, not {rest[3]}. "
-                    f"Fix: name an epoch from 1 to {planned}, or raise runs.{rest[1]}.train.epochs (a qualified run "
-                    "is frozen: give it a new id)"
-                )
+    planning.check_targets(workflow, config, RESULTS)

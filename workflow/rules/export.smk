@@ -7,14 +7,14 @@ rule export:
     input:
         unpack(export_inputs),
     output:
-        program=run_file("{run}", "export/model.pt2"),
-        onnx=run_file("{run}", "export/model.onnx"),
-        weights=run_file("{run}", "export/weights.safetensors"),
-        model_card=run_file("{run}", "export/model_card.json"),
-        provenance=run_file("{run}", "export/provenance.json"),
-        sentinel=run_file("{run}", "export/sentinel.json"),
+        program=export_file("{run}", "model.pt2"),
+        onnx=export_file("{run}", "model.onnx"),
+        weights=export_file("{run}", "weights.safetensors"),
+        model_card=export_file("{run}", "model_card.json"),
+        provenance=export_file("{run}", "provenance.json"),
+        sentinel=export_file("{run}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/export/{{run}}.log",
+        log_path("export", "{run}"),
     threads: THREADS
     resources:
         store=STORE,

@@ -7,9 +7,9 @@ rule pretrain_backbone:
         provenance=backbone_file("{backbone}", "provenance.json"),
         sentinel=backbone_file("{backbone}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/pretrain_backbone/{{backbone}}.log",
+        log_path("pretrain_backbone", "{backbone}"),
     wildcard_constraints:
-        backbone=names_pattern(backbones_with_source("pretrain", "random")),
+        backbone=names_pattern(backbones_built_by("pretrain_backbone")),
     threads: THREADS
     resources:
         torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
@@ -33,9 +33,9 @@ rule import_backbone:
         provenance=backbone_file("{backbone}", "provenance.json"),
         sentinel=backbone_file("{backbone}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/import_backbone/{{backbone}}.log",
+        log_path("import_backbone", "{backbone}"),
     wildcard_constraints:
-        backbone=names_pattern(backbones_with_source("checkpoint", "python", "export")),
+        backbone=names_pattern(backbones_built_by("import_backbone")),
     params:
         spec=backbone_spec,
         code=CODE["import_backbone"],

@@ -3,31 +3,31 @@ rule qualify:
         unpack(qualify_inputs),
     output:
         metrics=report(
-            run_file("{run}", "qualification/metrics.json"),
+            qualification_file("{run}", "metrics.json"),
             caption="../report/metrics.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "test metrics (JSON)"},
         ),
         accuracy_vs_snr=report(
-            run_file("{run}", "qualification/accuracy_vs_snr.png"),
+            qualification_file("{run}", "accuracy_vs_snr.png"),
             caption="../report/accuracy_vs_snr.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "accuracy vs SNR"},
         ),
         confusion=report(
-            run_file("{run}", "qualification/confusion_matrix.png"),
+            qualification_file("{run}", "confusion_matrix.png"),
             caption="../report/confusion_matrix.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "normalized confusion matrix"},
         ),
-        manifest=run_file("{run}", "qualification/run_manifest.json"),
-        provenance=run_file("{run}", "qualification/provenance.json"),
-        sentinel=run_file("{run}", "qualification/sentinel.json"),
+        manifest=qualification_file("{run}", "run_manifest.json"),
+        provenance=qualification_file("{run}", "provenance.json"),
+        sentinel=qualification_file("{run}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/qualify/{{run}}.log",
+        log_path("qualify", "{run}"),
     threads: THREADS
     resources:
         torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)

@@ -7,12 +7,12 @@ rule train_reference:
     input:
         unpack(reference_train_inputs),
     output:
-        selection=run_file("{reference}", "selection/selection.json"),
-        history=run_file("{reference}", "selection/history.json"),
-        provenance=run_file("{reference}", "selection/provenance.json"),
-        sentinel=run_file("{reference}", "selection/sentinel.json"),
+        selection=selection_file("{reference}", "selection.json"),
+        history=selection_file("{reference}", "history.json"),
+        provenance=selection_file("{reference}", "provenance.json"),
+        sentinel=selection_file("{reference}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/train_reference/{{reference}}.log",
+        log_path("train_reference", "{reference}"),
     threads: THREADS
     resources:
         torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)
@@ -32,31 +32,31 @@ rule qualify_reference:
         unpack(reference_qualify_inputs),
     output:
         metrics=report(
-            run_file("{reference}", "qualification/metrics.json"),
+            qualification_file("{reference}", "metrics.json"),
             caption="../report/metrics.rst",
             category="{reference}",
             subcategory="2. qualification (test split)",
             labels={"figure": "test metrics (JSON)"},
         ),
         accuracy_vs_snr=report(
-            run_file("{reference}", "qualification/accuracy_vs_snr.png"),
+            qualification_file("{reference}", "accuracy_vs_snr.png"),
             caption="../report/accuracy_vs_snr.rst",
             category="{reference}",
             subcategory="2. qualification (test split)",
             labels={"figure": "accuracy vs SNR"},
         ),
         confusion=report(
-            run_file("{reference}", "qualification/confusion_matrix.png"),
+            qualification_file("{reference}", "confusion_matrix.png"),
             caption="../report/confusion_matrix.rst",
             category="{reference}",
             subcategory="2. qualification (test split)",
             labels={"figure": "normalized confusion matrix"},
         ),
-        manifest=run_file("{reference}", "qualification/run_manifest.json"),
-        provenance=run_file("{reference}", "qualification/provenance.json"),
-        sentinel=run_file("{reference}", "qualification/sentinel.json"),
+        manifest=qualification_file("{reference}", "run_manifest.json"),
+        provenance=qualification_file("{reference}", "provenance.json"),
+        sentinel=qualification_file("{reference}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/qualify_reference/{{reference}}.log",
+        log_path("qualify_reference", "{reference}"),
     threads: THREADS
     resources:
         torch_threads=THREADS,  # the config's, never capped by --cores (which caps threads:)

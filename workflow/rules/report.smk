@@ -17,27 +17,27 @@ rule plot_training:
             epoch_file(wildcards.run, e, "sentinel.json")
             for e in run_epochs(wildcards.run)
         ],
-        selection=run_file("{run}", "selection/sentinel.json"),
+        selection=selection_file("{run}", "sentinel.json"),
         linked=ancient(lambda wildcards: cache_record(wildcards.run)),
     output:
         curves=report(
-            run_file("{run}", "report/validation/training_curves.png"),
+            report_file("{run}", "validation", "training_curves.png"),
             caption="../report/training_curves.rst",
             category="{run}",
             subcategory="1. validation",
             labels={"figure": "training curves"},
         ),
         evidence=report(
-            run_file("{run}", "report/validation/selection_evidence.png"),
+            report_file("{run}", "validation", "selection_evidence.png"),
             caption="../report/selection_evidence.rst",
             category="{run}",
             subcategory="1. validation",
             labels={"figure": "selection evidence"},
         ),
-        provenance=run_file("{run}", "report/validation/provenance.json"),
-        sentinel=run_file("{run}", "report/validation/sentinel.json"),
+        provenance=report_file("{run}", "validation", "provenance.json"),
+        sentinel=report_file("{run}", "validation", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/plot_training/{{run}}.log",
+        log_path("plot_training", "{run}"),
     params:
         code=CODE["plot_training"],
         epoch_dirs=lambda wildcards, input: " ".join(
@@ -55,16 +55,16 @@ rule summarize_manifest:
         unpack(manifest_inputs),
     output:
         table=report(
-            run_file("{run}", "report/qualification/manifest_summary.html"),
+            report_file("{run}", "qualification", "manifest_summary.html"),
             caption="../report/manifest_summary.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "run manifest"},
         ),
-        provenance=run_file("{run}", "report/qualification/provenance.json"),
-        sentinel=run_file("{run}", "report/qualification/sentinel.json"),
+        provenance=report_file("{run}", "qualification", "provenance.json"),
+        sentinel=report_file("{run}", "qualification", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/summarize_manifest/{{run}}.log",
+        log_path("summarize_manifest", "{run}"),
     params:
         code=CODE["summarize_manifest"],
         qualification_dir=lambda wildcards, input: input.qualification.rsplit("/", 1)[0],
@@ -78,11 +78,11 @@ rule summarize_profiling:
     input:
         unpack(profiling_inputs),
     output:
-        summary=run_file("{run}", "profiling/cache_lifecycle_summary.json"),
-        provenance=run_file("{run}", "profiling/provenance.json"),
-        sentinel=run_file("{run}", "profiling/sentinel.json"),
+        summary=profiling_file("{run}", "cache_lifecycle_summary.json"),
+        provenance=profiling_file("{run}", "provenance.json"),
+        sentinel=profiling_file("{run}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/summarize_profiling/{{run}}.log",
+        log_path("summarize_profiling", "{run}"),
     resources:
         store=STORE,
     params:
@@ -97,7 +97,7 @@ rule summarize_profiling:
 
 rule plot_cache_lifecycle:
     input:
-        profiling=lambda wildcards: run_file(wildcards.run, "profiling/sentinel.json"),
+        profiling=lambda wildcards: profiling_file(wildcards.run, "sentinel.json"),
         summary=ancient(profiling_summary),
         linked=ancient(
             lambda wildcards: [cache_record(wildcards.run)]
@@ -108,16 +108,16 @@ rule plot_cache_lifecycle:
         ),
     output:
         figure=report(
-            run_file("{run}", "report/profiling/cache_lifecycle.png"),
+            report_file("{run}", "profiling", "cache_lifecycle.png"),
             caption="../report/cache_lifecycle.rst",
             category="{run}",
             subcategory="3. performance",
             labels={"figure": "cache lifecycle timings"},
         ),
-        provenance=run_file("{run}", "report/profiling/provenance.json"),
-        sentinel=run_file("{run}", "report/profiling/sentinel.json"),
+        provenance=report_file("{run}", "profiling", "provenance.json"),
+        sentinel=report_file("{run}", "profiling", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/plot_cache_lifecycle/{{run}}.log",
+        log_path("plot_cache_lifecycle", "{run}"),
     params:
         code=CODE["plot_cache_lifecycle"],
         out_dir=output_dir("sentinel"),
@@ -136,18 +136,15 @@ rule plot_comparison:
             category="comparison",
             labels={"figure": "floor | frozen backbone | end-to-end"},
         ),
-        table=f"{RESULTS}/report/comparison/comparison.json",
-        provenance=f"{RESULTS}/report/comparison/provenance.json",
-        sentinel=f"{RESULTS}/report/comparison/sentinel.json",
+        table=comparison_file("comparison.json"),
+        provenance=comparison_file("provenance.json"),
+        sentinel=comparison_file("sentinel.json"),
     log:
-        f"{RESULTS}/logs/plot_comparison.log",
+        log_path("plot_comparison"),
     params:
         code=CODE["plot_comparison"],
         runs=" ".join([*config["runs"], *config["references"]]),
-        # results/ as the job sees it (local copies under a storage provider): above runs/<name>/qualification/
-        results_dir=lambda wildcards, input: os.path.dirname(
-            os.path.dirname(os.path.dirname(os.path.dirname(input.qualifications[0])))
-        ),
+        results_dir=comparison_root,
         out_dir=output_dir("sentinel"),
     shell:
         "rffm plot_comparison --results-dir {params.results_dir} --runs {params.runs}"

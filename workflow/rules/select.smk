@@ -2,12 +2,12 @@ rule select_checkpoint:
     input:
         unpack(selection_inputs),
     output:
-        selection=run_file("{run}", "selection/selection.json"),
-        model_card=run_file("{run}", "selection/model_card.json"),
-        provenance=run_file("{run}", "selection/provenance.json"),
-        sentinel=run_file("{run}", "selection/sentinel.json"),
+        selection=selection_file("{run}", "selection.json"),
+        model_card=selection_file("{run}", "model_card.json"),
+        provenance=selection_file("{run}", "provenance.json"),
+        sentinel=selection_file("{run}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/select_checkpoint/{{run}}.log",
+        log_path("select_checkpoint", "{run}"),
     resources:
         store=STORE,
     params:

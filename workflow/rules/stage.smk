@@ -9,7 +9,7 @@ rule stage_dataset:
         provenance=dataset_file("{dataset}", "provenance.json"),
         sentinel=dataset_file("{dataset}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/stage_dataset/{{dataset}}.log",
+        log_path("stage_dataset", "{dataset}"),
     params:
         spec=dataset_spec,
         code=CODE["stage_dataset"],

@@ -7,18 +7,13 @@ rule train_epoch:
         provenance=epoch_file("{run}", "{epoch}", "provenance.json"),
         sentinel=epoch_file("{run}", "{epoch}", "sentinel.json"),
     log:
-        f"{RESULTS}/logs/train_epoch/{{run}}/{{epoch}}.log",
+        log_path("train_epoch", "{run}/{epoch}"),
     group:
         "train_{run}"
     threads: config["epoch_threads"]
     resources:
+        **CACHE_RESOURCES,
         torch_threads=config["epoch_threads"],  # the config's, never capped by --cores (which caps threads:)
-        device=DEVICE,
-        backbone_batch=BACKBONE_BATCH,
-        disk_headroom=DISK_HEADROOM,
-        batch_profile=BATCH_PROFILE,
-        scratch=SCRATCH,
-        store=STORE,
         memo_store=MEMO_STORE,
         epoch_profile_batches=epoch_profile_batches,
     params:

@@ -32,7 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from rffm.config import entry_defaults
-from rffm.data import cache, cache_plan
+from rffm.data import cache_plan, cache_reader
+from rffm.data.cache_format import built_recipe, release_pages, split_count
+from rffm.data.cache_reader import prefetched
 from rffm.model import encoder as encoders
 from rffm.model.taps import keep_options, spec_for
 from rffm.records.files import read_json
@@ -46,7 +48,7 @@ from rffm.training import epoch as train
 CLASSES = 11
 SNRS = 20
 TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}
-ARCH = {"patch": 8, "dim": 64, "depth": 3, "heads": 4, "mlp_ratio": 2}
+ARCH = entry_defaults("backbones", {"source": "random"})["arch"]  # the schema's default backbone (the default run's)
 EPOCH_THREADS = 1  # as the train_epoch rule: the head is too small for intra-op threads; the prefetcher takes the other core
 
 
@@ -113,7 +115,7 @@ def forward_only(dataset_dir: Path, model: encoders.Encoder, batch_size: int, de
 def build_cache(
     dataset_dir: Path, backbone_dir: Path, out: Path, batch_size: int, profile: Path | None = None, device: str = "cpu", spec=None
 ) -> float:
-    """Seconds of a build_cache step (record and memo, hashing included); its cache ends up in `out`."""
+    """Seconds of a build_cache step (record and node-local cache, hashing included); its cache ends up in `out`."""
     started = time.perf_counter()
     headroom = entry_defaults("cache", {})["disk_headroom"]
     options = {"batch_size": batch_size, "disk_headroom": headroom, "batch_profile": profile, "device": str(device)}
@@ -126,8 +128,8 @@ def build_cache(
 
 
 def open_cache(cache_dir: Path) -> tuple[dict, dict]:
-    """The splits of a cache this bench built (checked against its memo sentinel)."""
-    return cache.open_memo(cache_dir, cache.memo_recipe(cache_dir), "bench")
+    """The splits of a cache this bench built (checked against its sentinel)."""
+    return cache_reader.open_cache(cache_dir, built_recipe(cache_dir), "bench")
 
 
 def head_steps(batches, head, optimizer) -> None:
@@ -169,9 +171,9 @@ def cached_epoch(cache_dir: Path, device: torch.device = torch.device("cpu")) ->
     head, optimizer = fresh_head(meta, device)
     batches = epoch_orders(len(splits["train"]))
     started = time.perf_counter()
-    head_steps(cache.prefetched(splits["train"], batches, device, PhaseTimes()), head, optimizer)
+    head_steps(prefetched(splits["train"], batches, device, PhaseTimes()), head, optimizer)
     val = validation_batches(len(splits["val"]))
-    head_validation(cache.prefetched(splits["val"], val, device, PhaseTimes()), head)
+    head_validation(prefetched(splits["val"], val, device, PhaseTimes()), head)
     return time.perf_counter() - started
 
 
@@ -228,7 +230,7 @@ def cache_bytes_time(path: Path) -> float:
         chunk = mapped[start : start + len(buffer)]
         buffer[: len(chunk)] = chunk
     elapsed = time.perf_counter() - started
-    cache.release_pages(mapped)
+    release_pages(mapped)
     return elapsed
 
 
@@ -415,7 +417,7 @@ def user_backbone(path: str) -> dict[str, Any]:
 
 def option_bytes(dataset_dir: Path, model: encoders.Encoder, spec: dict[str, Any]) -> dict[str, int]:
     """Exact cache bytes of this data for every keep option (the cache planner's numbers)."""
-    counts = {split: cache.split_count(dataset_dir / f"{split}.h5") for split in CACHED_SPLITS}
+    counts = {split: split_count(dataset_dir / f"{split}.h5") for split in CACHED_SPLITS}
     with h5py.File(dataset_dir / "train.h5", "r") as handle:
         length = int(handle["iq"].shape[-1])
     every = encoders.Encoder(model.model, model.fingerprint, {**spec, "keep": "all"}, model.where, model.native_layers, model.length)

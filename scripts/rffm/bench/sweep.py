@@ -27,22 +27,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rffm.bench.cache import prepare
+from rffm.bench.cache import ARCH, prepare
 from rffm.config import entry_defaults
 from rffm.records.files import read_json
+from rffm.records.layout import cache_folder, epoch_folder, epochs_folder
 from rffm.steps import build_cache as build_cache_step
 from rffm.training import sweep
 
-DEFAULT_ARCH = {"patch": 8, "dim": 64, "depth": 3, "heads": 4, "mlp_ratio": 2, "stem": "rf", "output_layers": 4}
 TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}  # the default run's
 GRID = [["train.lr", [0.001, 0.003, 0.01, 0.03]], ["train.weight_decay", [0.0, 0.01]]]  # 8 members
 
 
-def epoch_job(spec: dict[str, Any], record: Path, epoch: int, out: Path, scratch: Path, memo: Path, threads: int, device: str) -> float:
-    """Seconds of one `rffm train_epoch` process, as the rule runs it."""
+def epoch_job(spec: dict[str, Any], record: Path, epoch: int, results: Path, scratch: Path, memo: Path, threads: int, device: str) -> float:
+    """Seconds of one `rffm train_epoch` process, as the rule runs it (in the results tree `results`)."""
+    out = results / epochs_folder(spec["run"])
     command = [str(Path(sys.executable).with_name("rffm")), "train_epoch", "--spec", json.dumps(spec), "--threads", str(threads)]
     command += ["--epoch", str(epoch), "--cache-record-dir", str(record), "--device", device, "--scratch", str(scratch)]
-    command += ["--store", str(out.parents[2]), f"--memo-store={memo}", "--batch-size", "256", "--disk-headroom", "0"]
+    command += ["--store", str(results), f"--memo-store={memo}", "--batch-size", "256", "--disk-headroom", "0"]
     command += ["--out-dir", str(out / str(epoch))] + (["--previous-dir", str(out / str(epoch - 1))] if epoch > 1 else [])
     members = sweep.plan_label(spec)
     command += ["--members", members] if members else []
@@ -60,27 +61,27 @@ def main(samples: int, epochs: int, work_dir: str | None, threads: int, device: 
     grid = grid or GRID
     work = Path(tempfile.mkdtemp(prefix="rffm-bench-sweep-", dir=work_dir))
     try:
-        dataset_dir, backbone_dir = prepare(work, samples, DEFAULT_ARCH)
-        record, scratch = work / "results/caches/bench__bench", work / "scratch"
+        dataset_dir, backbone_dir = prepare(work, samples, ARCH)  # the default run's backbone: the schema's default
+        record, scratch = work / "results" / cache_folder("bench", "bench"), work / "scratch"
         cache = entry_defaults("cache", {})
         build_cache_step.run(dataset_dir, backbone_dir, record, scratch, batch_size=cache["batch_size"], disk_headroom=0)
         base = entry_defaults("runs", {"run": "sweep", "dataset": "bench", "backbone": "bench", "train": dict(TRAIN)})
         spec = {**base, "sweep": grid}
         members = sweep.members(spec)
         # each separate run is the plain run of one member's settings, same run name, in a results tree of its own
-        alone = [(sweep.member_spec(spec, m), work / f"separate-{i}/results/runs/sweep/epochs") for i, m in enumerate(members)]
-        swept = work / "results/runs/sweep/epochs"
+        alone = [(sweep.member_spec(spec, m), work / f"separate-{i}/results") for i, m in enumerate(members)]
+        swept = work / "results" / epochs_folder("sweep")
         wall = {"sweep": 0.0, "separate": 0.0}
         for epoch in range(1, epochs + 1):
-            wall["sweep"] += epoch_job(spec, record, epoch, swept, scratch, work / "memo-sweep", threads, device)
-            for i, (one, out) in enumerate(alone):
-                wall["separate"] += epoch_job(one, record, epoch, out, scratch, work / f"memo-{i}", threads, device)
+            wall["sweep"] += epoch_job(spec, record, epoch, work / "results", scratch, work / "memo-sweep", threads, device)
+            for i, (one, tree) in enumerate(alone):
+                wall["separate"] += epoch_job(one, record, epoch, tree, scratch, work / f"memo-{i}", threads, device)
             print(f"epoch {epoch}: sweep {wall['sweep']:.1f} s, separate {wall['separate']:.1f} s (cumulative)", flush=True)
-        read = {"sweep": bytes_read(swept, epochs), "separate": sum(bytes_read(out, epochs) for _, out in alone)}
+        read = {"sweep": bytes_read(swept, epochs), "separate": sum(bytes_read(tree / epochs_folder("sweep"), epochs) for _, tree in alone)}
         last = swept / str(epochs) / "checkpoint.pt"
         identical = all(
-            sweep.read_member(last, m["name"], "checkpoint.pt") == (out / str(epochs) / "checkpoint.pt").read_bytes()
-            for m, (_, out) in zip(members, alone, strict=True)
+            sweep.read_member(last, m["name"], "checkpoint.pt") == (tree / epoch_folder("sweep", epochs) / "checkpoint.pt").read_bytes()
+            for m, (_, tree) in zip(members, alone, strict=True)
         )
         table = json.loads((swept / str(epochs) / "metrics.json").read_text())["members"]
         best = max(table, key=lambda name: table[name]["val_accuracy"])

@@ -17,7 +17,7 @@ from typing import Any
 from rffm.errors import RffmError
 from rffm.model.taps import keep_options, kept_count, spec_for
 from rffm.records.files import read_json
-from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, dataset_folder, split_file
+from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_folder, dataset_folder, split_file
 
 # set-resources of build_cache that say how much local disk a cluster job gets, in bytes per unit
 DISK_RESOURCES = {"googlebatch_local_ssd_gb": 10**9, "disk_mb": 10**6, "disk_mib": 2**20}
@@ -37,7 +37,7 @@ def row_cache_bytes(counts: dict[str, int], row_elements: int, block: int = 4096
     def blocks(size: int) -> int:
         return -(-size // block) * block
 
-    total = blocks(64 << 10) * 2  # meta.json and the memo sentinel (a few KiB each; generous)
+    total = blocks(64 << 10) * 2  # meta.json and the cache sentinel (a few KiB each; generous)
     for count in counts.values():
         total += blocks(count * row_elements * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
     return total
@@ -167,7 +167,8 @@ def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str
         if needed > budget:
             listing = ", ".join(f"{option} {size} bytes ({human_bytes(size)})" for option, size in sizes.items())
             problems.append(
-                f"caches/{dataset}__{name}: the hidden-state cache (keep: {spec['keep']}) needs {needed} bytes ({human_bytes(needed)}) "
+                f"{cache_folder(dataset, name)}: the hidden-state cache (keep: {spec['keep']}) needs {needed} bytes "
+                f"({human_bytes(needed)}) "
                 f"but the scratch disk allows {budget} bytes ({said}); size by keep option: {listing}. "
                 f"Fix: set backbones.{name}.keep to an option that fits (or fewer taps), or point `scratch` at a larger disk."
             )

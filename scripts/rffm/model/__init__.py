@@ -1,1 +1,1 @@
-"""The model: frozen backbone, classifier head, pretraining objectives, the end-to-end reference CNN and metrics."""
+"""The model: frozen backbone, classifier head, the end-to-end reference CNN and metrics (their training: rffm.training)."""

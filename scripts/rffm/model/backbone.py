@@ -23,16 +23,17 @@ from rffm.records.files import atomic_torch_save, canonical_json
 
 @dataclass(frozen=True)
 class BackboneArch:
-    """Architecture of the IQ patch transformer."""
+    """Architecture of the IQ patch transformer: the signal length and a schema-filled `backbones.<name>.arch`
+    (its defaults live only in the config schema; rffm.config.entry_defaults fills them)."""
 
-    length: int = 128
-    patch: int = 8
-    dim: int = 64
-    depth: int = 3
-    heads: int = 4
-    mlp_ratio: int = 2
-    stem: str = "iq"  # iq: raw IQ patches; rf: phase-invariant RF features (module docstring)
-    output_layers: int = 1  # hidden states returned per token: the last k of depth + 1
+    length: int
+    patch: int
+    dim: int
+    depth: int
+    heads: int
+    mlp_ratio: int
+    stem: str  # iq: raw IQ patches; rf: phase-invariant RF features (module docstring)
+    output_layers: int  # hidden states returned per token: the last k of depth + 1
 
     @property
     def tokens(self) -> int:

@@ -18,15 +18,18 @@ from rffm.model import backbone
 
 @dataclass(frozen=True)
 class CNNConfig:
+    """The reference CNN: the data's classes and length, and a schema-filled `references.<id>.model` (its defaults
+    live only in the config schema)."""
+
     classes: int
     length: int
-    width: int = 64
-    blocks: int = 4
-    kernel: int = 7
-    hidden: int = 128
-    dropout: float = 0.3
-    input: str = "iq"  # iq: unit-RMS IQ; rf: the backbone's rf stem features (lag = symbol_period)
-    symbol_period: int = 8
+    width: int
+    blocks: int
+    kernel: int
+    hidden: int
+    dropout: float
+    input: str  # iq: unit-RMS IQ; rf: the backbone's rf stem features (lag = symbol_period)
+    symbol_period: int
 
 
 class RadioMLCNN(nn.Module):

@@ -1,6 +1,6 @@
 """The trainable classifier head over frozen hidden states: any number of taps, tokens and widths.
 
-A cache row (rffm.data.cache) is [T, D] (one tap), [k, T, D] (k taps of one shape) or, when the taps
+A cache row (rffm.data.cache_format) is [T, D] (one tap), [k, T, D] (k taps of one shape) or, when the taps
 differ in tokens or width, [F]: the taps' [T_i, D_i] states flattened and concatenated in tap order.
 `build` makes the head for a cache record; `from_record` / `config_record` load and save its config.
 """
@@ -18,15 +18,16 @@ from torch import nn
 class HeadConfig:
     """Attention-pooling + MLP head shape; `layers` > 1 mixes that many cached taps first.
 
+    `hidden` and `dropout` come from the schema-filled `train.head` (defaults live only in the config schema);
     `taps` ((tokens, width) per tap) is set only for flat rows [F] of taps that differ in shape.
     """
 
     dim: int
     classes: int
-    hidden: int = 128
-    dropout: float = 0.1
-    layers: int = 1
-    taps: tuple[tuple[int, int], ...] | None = None
+    hidden: int
+    dropout: float
+    layers: int
+    taps: tuple[tuple[int, int], ...] | None = None  # a row layout, not a setting: None = uniform [T, D] / [k, T, D] rows
 
 
 class AttentionPoolHead(nn.Module):
@@ -83,7 +84,7 @@ class AttentionPoolHead(nn.Module):
 
 
 def build(options: dict[str, Any], cache: dict[str, Any]) -> AttentionPoolHead:
-    """The head for a cache record's `cache` block (or the memo's meta.json): its row shape and taps; `options` = train.head."""
+    """The head for a cache record's `cache` block (or the node-local cache's meta.json): its row shape and taps; `options` = train.head."""
     row = cache["shapes"]["train"][1:]
     classes = len(cache["classes"])
     if len(row) == 1:  # flat row of taps that differ in shape

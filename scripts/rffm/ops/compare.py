@@ -19,7 +19,17 @@ import numpy as np
 
 from rffm.errors import IntegrityError
 from rffm.records import provenance
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, backbone_folder, cache_folder
+from rffm.records.layout import (
+    EPOCHS,
+    MANIFEST_NAME,
+    PROVENANCE_NAME,
+    QUALIFICATION,
+    SELECTION,
+    SENTINEL_NAME,
+    backbone_folder,
+    cache_folder,
+    qualification_folder,
+)
 
 ROLES = ("floor", "frozen backbone", "end-to-end")
 
@@ -34,12 +44,12 @@ def _duration(directory: Path) -> float | None:
 def wall_time(results: Path, run_dir: Path, manifest: dict[str, Any]) -> float | None:
     """Seconds of the steps behind one qualified result (None when a record is missing)."""
     if manifest.get("kind") == "end_to_end":
-        folders = [run_dir / "selection", run_dir / "qualification"]
+        folders = [run_dir / SELECTION, run_dir / QUALIFICATION]
     else:
         dataset, backbone = manifest["dataset"]["name"], manifest["backbone"]["name"]
-        epochs = [run_dir / "epochs" / str(e["epoch"]) for e in manifest["training"]["epochs"]]
+        epochs = [run_dir / EPOCHS / str(e["epoch"]) for e in manifest["training"]["epochs"]]
         folders = [results / backbone_folder(backbone), results / cache_folder(dataset, backbone), *epochs]
-        folders += [run_dir / "selection", run_dir / "qualification"]
+        folders += [run_dir / SELECTION, run_dir / QUALIFICATION]
     durations = [_duration(folder) for folder in folders]
     return None if any(d is None for d in durations) else round(sum(durations), 1)
 
@@ -61,7 +71,7 @@ def collect(
     if names is None and config:
         names = [*config.get("runs", {}), *config.get("references", {}), *unknown]
     rows = []
-    for path in sorted(results.glob("runs/*/qualification/run_manifest.json")):
+    for path in sorted(results.glob(f"{qualification_folder('*')}/{MANIFEST_NAME}")):
         run_dir = path.parents[1]
         if (names is not None and run_dir.name not in names) or not (path.parent / SENTINEL_NAME).exists():
             continue

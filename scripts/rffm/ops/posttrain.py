@@ -18,6 +18,7 @@ from rffm import config as rffm_config
 from rffm.errors import ConfigError
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records.files import atomic_write_bytes, read_json
+from rffm.records.layout import EXPORT, MANIFEST_NAME, MEMO, QUALIFICATION, SELECTION, run_folder
 
 PROCEDURES = ("validation_selection", "final_qualification")
 GCS_MOUNT_ENV = "RFFM_GCS_MOUNT"
@@ -69,19 +70,19 @@ def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], over
 
 def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> list[Path]:
     """Copy a run's selected artifact, model card and selection (and manifest after qualification) into target."""
-    selection = read_json(run_dir / "selection" / "selection.json")
+    selection = read_json(run_dir / SELECTION / "selection.json")
     files = {
         Path(selection["artifact_path"]).name: (results / selection["artifact_path"], 0o444),
-        "model_card.json": (run_dir / "selection" / "model_card.json", 0o644),
-        "selection.json": (run_dir / "selection" / "selection.json", 0o644),
+        "model_card.json": (run_dir / SELECTION / "model_card.json", 0o644),
+        "selection.json": (run_dir / SELECTION / "selection.json", 0o644),
     }
     if procedure == "final_qualification":
-        files["run_manifest.json"] = (run_dir / "qualification" / "run_manifest.json", 0o644)
-        files["qualification_metrics.json"] = (run_dir / "qualification" / "metrics.json", 0o644)
+        files["run_manifest.json"] = (run_dir / QUALIFICATION / MANIFEST_NAME, 0o644)
+        files["qualification_metrics.json"] = (run_dir / QUALIFICATION / "metrics.json", 0o644)
         # the deployable classifier (rules/export.smk) in its own folder: the artifact URI a Model Registry upload names
         for name in ("model.pt2", "model.onnx", "weights.safetensors", "model_card.json"):
-            if (run_dir / "export" / name).is_file():
-                files[f"export/{name}"] = (run_dir / "export" / name, 0o444)
+            if (run_dir / EXPORT / name).is_file():
+                files[f"{EXPORT}/{name}"] = (run_dir / EXPORT / name, 0o444)
     written = []
     for name, (source, mode) in files.items():
         atomic_write_bytes(target / name, source.read_bytes(), mode=mode)
@@ -123,13 +124,13 @@ def posttrain(
         return 1
     runs = sorted(config["runs"])
     for run in runs:
-        run_dir = workdir / config["results"] / "runs" / run
+        run_dir = workdir / config["results"] / run_folder(run)
         if model_dir is not None:
             target = model_dir if len(runs) == 1 else model_dir / run
             for path in export_model(workdir / config["results"], run_dir, target, procedure):
                 print(f"rffm posttrain: {run}: exported {path}")
         if store is not None:
-            print(f"rffm posttrain: {run}: completed epochs kept in {store / 'memo'}")
+            print(f"rffm posttrain: {run}: completed epochs kept in {store / MEMO}")
         if procedure == "final_qualification":
-            print(f"run manifest: {run_dir / 'qualification' / 'run_manifest.json'}", file=sys.stdout)
+            print(f"run manifest: {run_dir / QUALIFICATION / MANIFEST_NAME}", file=sys.stdout)
     return 0

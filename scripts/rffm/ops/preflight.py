@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from rffm.errors import RffmError
+from rffm.records.layout import LEDGER
 
 # A digest-pinned image reference: <registry>[:port]/<path>@sha256:<64 hex> (a tag can move).
 PINNED_IMAGE = re.compile(r"[^\s@:]+(:[0-9]+)?/[^\s@]+@sha256:[0-9a-f]{64}")
@@ -39,7 +40,7 @@ EXAMPLES = {
     "RFFM_BATCH_NETWORK": "rffm-vpc",
     "RFFM_BATCH_SUBNETWORK": "rffm-central",
 }
-LEDGER_PREFIX = "results/ledger/"  # under the default-storage-prefix (config `results`, records/ledger.py LEDGER)
+LEDGER_PREFIX = f"results/{LEDGER}/"  # under the default-storage-prefix (config `results`: its default)
 DELETING_ROLES = ("roles/storage.objectAdmin", "roles/storage.admin", "roles/storage.legacyBucketOwner", "roles/owner", "roles/editor")
 OBJECT_ROLES = (*DELETING_ROLES, "roles/storage.objectUser", "roles/storage.objectCreator", "roles/storage.objectViewer")
 README = "profiles/README.md, Google Cloud"
@@ -223,7 +224,7 @@ def iam_checks(bucket: Any, account: str) -> tuple[list[str], list[str]]:
 def _spares_ledger(condition: dict | None) -> bool:
     """A binding's IAM Condition keeps it off the ledger's objects (the recipe: !resource.name.startsWith(...ledger/))."""
     expression = (condition or {}).get("expression", "").replace(" ", "")
-    return "!resource.name.startsWith(" in expression and "/ledger/" in expression
+    return "!resource.name.startsWith(" in expression and f"/{LEDGER}/" in expression
 
 
 def ledger_protections(client: Any, prefix_url: str) -> list[str]:

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rffm.records.layout import KEPT, SENTINEL_NAME
+from rffm.records.layout import KEPT, QUALIFICATION, RUNS, SENTINEL_NAME, run_folder
 from rffm.records.plans import Judgment
 
 
@@ -33,7 +33,7 @@ def stale_folders(results_dir: str | Path, config: dict[str, Any] | Judgment) ->
 def qualified_stale_runs(results_dir: str | Path, stale: list[Path]) -> list[str]:
     """Runs whose qualification folder is among the stale folders: deleting them would delete a test result."""
     results = Path(results_dir)
-    return sorted({f.parent.name for f in stale if f.name == "qualification" and f.parent.parent == results / "runs"})
+    return sorted({f.parent.name for f in stale if f.name == QUALIFICATION and f.parent.parent == results / RUNS})
 
 
 def prune(
@@ -43,7 +43,7 @@ def prune(
     not named in `qualified`). Run folders left empty but for their launch records are removed too."""
     stale = stale_folders(results_dir, config)
     kept = [run for run in qualified_stale_runs(results_dir, stale) if run not in (qualified or [])]
-    keep = [Path(results_dir) / "runs" / run for run in kept]
+    keep = [Path(results_dir) / run_folder(run) for run in kept]
     if delete:
         removed = [folder for folder in stale if not any(folder.is_relative_to(run) for run in keep)]
         for folder in removed:

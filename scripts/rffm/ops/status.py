@@ -20,7 +20,18 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.ops.verify import step_problems
 from rffm.records import ledger, provenance
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, split_file
+from rffm.records.layout import (
+    EPOCHS,
+    MANIFEST_NAME,
+    PROVENANCE_NAME,
+    QUALIFICATION,
+    RUNS,
+    SELECTION,
+    SENTINEL_NAME,
+    dataset_folder,
+    run_folder,
+    split_file,
+)
 from rffm.records.plans import Judgment
 from rffm.records.sentinel import check_record, epoch_metrics, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
@@ -92,11 +103,11 @@ def upstream_sentinels(results: Path, sentinels: list[Path]) -> list[Path]:
 
 def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> tuple[int, int] | None:
     """(times this run was qualified on its test split, distinct artifacts evaluated on that split so far), from the ledger."""
-    qualification = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
+    qualification = _sentinel(run_dir / QUALIFICATION / SENTINEL_NAME)
     if qualification and "dataset" in qualification["inputs"]:
-        dataset_dir = (run_dir / "qualification" / qualification["inputs"]["dataset"]["path"]).parent.resolve()
+        dataset_dir = (run_dir / QUALIFICATION / qualification["inputs"]["dataset"]["path"]).parent.resolve()
     elif dataset:
-        dataset_dir = results_dir / "datasets" / dataset
+        dataset_dir = results_dir / dataset_folder(dataset)
     else:
         return None
     dataset_sentinel = _sentinel(dataset_dir / SENTINEL_NAME)
@@ -112,7 +123,7 @@ def exposure(results_dir: Path, run_dir: Path, dataset: str | None) -> tuple[int
 
 def recorded_epochs(run_dir: Path) -> int | None:
     """The epoch count the run's selection consumed (its own record of the plan, when no config says it)."""
-    selection = _sentinel(run_dir / "selection" / SENTINEL_NAME)
+    selection = _sentinel(run_dir / SELECTION / SENTINEL_NAME)
     if not selection or selection.get("selection", {}).get("kind") == "end_to_end":
         return None
     epochs = [role for role in selection["inputs"] if role.startswith("epoch")]
@@ -123,7 +134,7 @@ def restored(run_dir: Path, epochs: list[int]) -> list[int]:
     """Of these epochs, those restored from the memo rather than trained by this run (their provenance says so)."""
     found = []
     for epoch in epochs:
-        folder = run_dir / "epochs" / str(epoch)
+        folder = run_dir / EPOCHS / str(epoch)
         try:
             if provenance.read(folder / PROVENANCE_NAME, folder / SENTINEL_NAME).get("restored_from"):
                 found.append(epoch)
@@ -150,22 +161,22 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
     plan = plan or {}
     epochs_planned = plan.get("train", {}).get("epochs") or (None if plan else recorded_epochs(run_dir))
     epochs = []
-    selection_sentinel = _sentinel(run_dir / "selection" / SENTINEL_NAME)
+    selection_sentinel = _sentinel(run_dir / SELECTION / SENTINEL_NAME)
     chosen = selection_sentinel["selection"].get("member") if selection_sentinel else None  # of a sweep
-    for sentinel_path in (run_dir / "epochs").glob(f"*/{SENTINEL_NAME}"):
+    for sentinel_path in (run_dir / EPOCHS).glob(f"*/{SENTINEL_NAME}"):
         body = _sentinel(sentinel_path)
         metrics = epoch_metrics(body, chosen, plan.get("selection")) if body else None
         if body and (epochs_planned is None or metrics["epoch"] <= epochs_planned):
             epochs.append(metrics)
     epochs.sort(key=lambda m: m["epoch"])
-    qualification_sentinel = _sentinel(run_dir / "qualification" / SENTINEL_NAME)
+    qualification_sentinel = _sentinel(run_dir / QUALIFICATION / SENTINEL_NAME)
     selection = selection_sentinel["selection"] if selection_sentinel else None
     qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
     if selection and selection.get("kind") == "end_to_end":  # a reference: its epochs are the selection's candidates
         epochs = [{"epoch": c["epoch"], selection["metric"]: c[selection["metric"]]} for c in selection["candidates"]]
     rule = {"metric": selection["metric"], "mode": selection["mode"]} if selection else plan.get("selection")
     best = best_epoch(epochs, rule) if rule else None
-    manifest = run_dir / "qualification/run_manifest.json"
+    manifest = run_dir / QUALIFICATION / MANIFEST_NAME
     return {
         "run": run_dir.name,
         "state": state_of(len(epochs), epochs_planned, selection is not None, qualification is not None),
@@ -191,7 +202,7 @@ def collect(results_dir: str | Path, config: dict[str, Any] | Judgment | None = 
     """Status of every planned run (started or not) and of the runs no plan speaks for; without a plan, of every
     run under results/runs. `config`: the judgment of the tree (rffm.records.plans.judge), or a config."""
     judgment = config if isinstance(config, Judgment) else Judgment(config or None)
-    runs_dir = Path(results_dir) / "runs"
+    runs_dir = Path(results_dir) / RUNS
     configured = {**(judgment.config or {}).get("runs", {}), **(judgment.config or {}).get("references", {})}
     present = {d.name for d in runs_dir.iterdir() if d.is_dir()} if runs_dir.is_dir() else set()
     if judgment.config is None:
@@ -251,6 +262,6 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines += [f"BROKEN {problem}" for r in rows for problem in r["problems"]]
-    lines += [f"stale: runs/{name} (not in the config; `rffm prune` removes it)" for name in stale]
+    lines += [f"stale: {run_folder(name)} (not in the config; `rffm prune` removes it)" for name in stale]
     lines += [f"run manifest: {r['manifest']}" for r in rows if r["manifest"]]
     return "\n".join(lines)

@@ -20,26 +20,26 @@ from typing import Any
 
 from rffm.errors import RffmError
 from rffm.records.files import sha256_file
-from rffm.records.layout import SENTINEL_NAME
+from rffm.records.layout import EXPORT, MANIFEST_NAME, QUALIFICATION, REPORT, RUNS, SENTINEL_NAME
 
 EXPERIMENT = "rffm"
 IDENTITY_TAG = "rffm.identity"
-FIGURES = ("qualification/accuracy_vs_snr.png", "qualification/confusion_matrix.png")
-REPORTS = ("report/validation/training_curves.png", "report/validation/selection_evidence.png")
+FIGURES = (f"{QUALIFICATION}/accuracy_vs_snr.png", f"{QUALIFICATION}/confusion_matrix.png")
+REPORTS = (f"{REPORT}/validation/training_curves.png", f"{REPORT}/validation/selection_evidence.png")
 
 
 def qualified_runs(results: Path) -> list[Path]:
     """Run folders under results/runs that hold a qualification (a run manifest and its sentinel)."""
     return sorted(
-        p.parent.parent for p in (results / "runs").glob(f"*/qualification/{SENTINEL_NAME}") if (p.parent / "run_manifest.json").is_file()
+        p.parent.parent for p in (results / RUNS).glob(f"*/{QUALIFICATION}/{SENTINEL_NAME}") if (p.parent / MANIFEST_NAME).is_file()
     )
 
 
 def identity(run_dir: Path) -> str:
     """What an MLflow run of this rffm run stands for: the qualification's (and the export's) sentinel digests."""
-    parts = [sha256_file(run_dir / "qualification" / SENTINEL_NAME)]
-    if (run_dir / "export" / SENTINEL_NAME).is_file():
-        parts.append(sha256_file(run_dir / "export" / SENTINEL_NAME))
+    parts = [sha256_file(run_dir / QUALIFICATION / SENTINEL_NAME)]
+    if (run_dir / EXPORT / SENTINEL_NAME).is_file():
+        parts.append(sha256_file(run_dir / EXPORT / SENTINEL_NAME))
     return ":".join(parts)
 
 
@@ -110,7 +110,7 @@ def log_results(results_dir: str | Path, tracking_uri: str | None = None, experi
 
 def log_run(mlflow, uri: str, experiment_id: str, run_dir: Path, key: str) -> str:
     """One rffm run as one MLflow run; its id."""
-    manifest = json.loads((run_dir / "qualification" / "run_manifest.json").read_text())
+    manifest = json.loads((run_dir / QUALIFICATION / MANIFEST_NAME).read_text())
     mlflow.set_tracking_uri(uri)
     epochs, single = metrics_of(manifest)
     tags = {IDENTITY_TAG: key, "rffm.run": run_dir.name, "rffm.procedure": str(manifest.get("procedure"))}
@@ -119,11 +119,11 @@ def log_run(mlflow, uri: str, experiment_id: str, run_dir: Path, key: str) -> st
         for name, value, step in epochs:
             mlflow.log_metric(name, value, step=step)
         mlflow.log_metrics(single)
-        for name in (*FIGURES, REPORTS[0], REPORTS[1], "qualification/run_manifest.json"):
+        for name in (*FIGURES, REPORTS[0], REPORTS[1], f"{QUALIFICATION}/{MANIFEST_NAME}"):
             if (run_dir / name).is_file():
                 mlflow.log_artifact(str(run_dir / name), artifact_path=str(Path(name).parent))
-        if (run_dir / "export" / "model.onnx").is_file():
-            log_export(mlflow, run_dir / "export")
+        if (run_dir / EXPORT / "model.onnx").is_file():
+            log_export(mlflow, run_dir / EXPORT)
     return active.info.run_id
 
 

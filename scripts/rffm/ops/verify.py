@@ -12,11 +12,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rffm.data import cache
+from rffm.data.cache_format import recipe
+from rffm.data.cache_reader import open_cache
 from rffm.errors import IntegrityError
-from rffm.records import ledger, memo, provenance
+from rffm.records import launch, ledger, memo, provenance
 from rffm.records.files import sha256_file
-from rffm.records.layout import ARTIFACTS, EXPORTS, KEPT, PROVENANCE_NAME, SENTINEL_NAME, planned_steps
+from rffm.records.layout import (
+    ARTIFACTS,
+    BACKBONES,
+    CACHES,
+    DATASETS,
+    EXPORTS,
+    KEPT,
+    MEMO,
+    PROVENANCE_NAME,
+    RUNS,
+    SENTINEL_NAME,
+    launch_folder,
+    planned_steps,
+)
 from rffm.records.plans import Judgment, plan_problems
 from rffm.records.rebuild import rebuild_command
 from rffm.records.seal import unseal
@@ -77,7 +91,7 @@ def results_root(sentinel_path: Path) -> Path:
     """The results tree a step folder belongs to (datasets/x, caches/x: two up; runs/r/a[/b]: up to runs' parent)."""
     path = sentinel_path.parent.resolve()
     for parent in path.parents:
-        if parent.name in ("runs", "datasets", "backbones", "caches"):
+        if parent.name in (RUNS, DATASETS, BACKBONES, CACHES):
             return parent.parent
     return path.parent
 
@@ -114,7 +128,7 @@ def export_problems(results: Path) -> list[str]:
 def memo_problems(results: Path) -> list[str]:
     """Memo entries whose sentinel, provenance, place or files are wrong (such an entry is never restored, but it is damage)."""
     problems = []
-    for sentinel_path in sorted((results / "memo").glob(f"*/*/{SENTINEL_NAME}")):
+    for sentinel_path in sorted((results / MEMO).glob(f"*/*/{SENTINEL_NAME}")):
         try:
             data = sentinel_path.read_bytes()
             body = unseal(sentinel_path, data, "memo sentinel")
@@ -137,7 +151,7 @@ def _read(path: Path) -> bytes | None:
 def launch_problems(results: Path) -> list[str]:
     """Launch records whose profile copy no longer has the recorded sha256."""
     problems = []
-    for record_path in sorted(results.glob("runs/*/launch/*/launch.json")):
+    for record_path in sorted(results.glob(f"{launch_folder('*')}/*/{launch.RECORD_NAME}")):
         try:
             record = json.loads(record_path.read_text())
             kept = record_path.parent / Path(record["file"]).name
@@ -148,33 +162,34 @@ def launch_problems(results: Path) -> list[str]:
     return problems
 
 
-def cache_memo_problems(results: Path, folders: dict[str, Path]) -> tuple[list[str], list[str]]:
-    """(problems, notes) of the hidden-state caches (record folder -> its memo directory on this machine)."""
+def local_cache_problems(results: Path, folders: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the hidden-state caches (record folder -> its node-local directory on this machine)."""
     problems, notes = [], []
-    for folder, memo_dir in sorted(folders.items()):
+    for folder, cache_dir in sorted(folders.items()):
         record_path = results / folder / SENTINEL_NAME
-        if not memo_dir.exists() or not record_path.exists():
-            notes.append(f"skipped {memo_dir}: no hidden-state cache on this machine (it is rebuilt where an epoch needs it)")
+        if not cache_dir.exists() or not record_path.exists():
+            notes.append(f"skipped {cache_dir}: no hidden-state cache on this machine (it is rebuilt where an epoch needs it)")
             continue
         try:
-            cache.open_memo(memo_dir, cache.recipe(read_sentinel(record_path)), "verify")
+            open_cache(cache_dir, recipe(read_sentinel(record_path)), "verify")
         except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
             problems.append(
-                str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{memo_dir}: {error}"
+                str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{cache_dir}: {error}"
             )
     return problems, notes
 
 
 def recorded_caches(results: Path) -> dict[str, Path]:
-    """Cache record folders and where their build kept the cache (its provenance's `memo`, relative to where it ran)."""
+    """Cache record folders and where their build kept the cache (its provenance's `cache_dir`, relative to where it ran)."""
     found = {}
-    for record_path in sorted(results.glob(f"caches/*/{SENTINEL_NAME}")):
+    for record_path in sorted(results.glob(f"{CACHES}/*/{SENTINEL_NAME}")):
         try:
-            memo_dir = provenance.read(record_path.parent / PROVENANCE_NAME, record_path).get("memo")
+            details = provenance.read(record_path.parent / PROVENANCE_NAME, record_path)
+            cache_dir = details.get("cache_dir", details.get("memo"))  # `memo`: the key's name in trees built before
         except IntegrityError:
             continue  # named by the record's own check
-        if isinstance(memo_dir, str):
-            found[record_path.parent.relative_to(results).as_posix()] = Path(memo_dir)
+        if isinstance(cache_dir, str):
+            found[record_path.parent.relative_to(results).as_posix()] = Path(cache_dir)
     return found
 
 
@@ -208,13 +223,13 @@ def verify_tree(
     scratch = Path(scratch) if scratch else (Path(config["scratch"]) if config and config.get("scratch") else None)
     if scratch is not None:  # the caches of the planned runs (or of every record) under that scratch
         plan = judgment.config
-        records = [f for f in planned_steps(plan) if f.startswith("caches/")] if plan else list(recorded_caches(results))
+        records = [f for f in planned_steps(plan) if f.startswith(f"{CACHES}/")] if plan else list(recorded_caches(results))
         folders = {folder: scratch / Path(folder).name for folder in records}
     else:  # where each cache record's build kept its cache
         folders = recorded_caches(results)
         if not folders:
             report.notes.append("skipped the hidden-state caches: no config, --scratch or cache record says where they are")
-    problems, notes = cache_memo_problems(results, folders)
+    problems, notes = local_cache_problems(results, folders)
     report.broken += problems
     report.notes += notes
     return report

@@ -16,9 +16,9 @@ from typing import Any
 
 from rffm.errors import RffmError
 from rffm.records.files import canonical_json, sha256_bytes
+from rffm.records.layout import LAUNCH, launch_folder
 from rffm.records.store import Store
 
-LAUNCH_DIR = "launch"
 RECORD_NAME = "launch.json"
 
 
@@ -52,7 +52,7 @@ def check_profile(store: Store, run: str, name: str, profile: str | Path) -> Non
 
 def folder(run: str, name: str) -> str:
     """The store folder of a run's record of one profile."""
-    return f"runs/{run}/{LAUNCH_DIR}/{name}"
+    return f"{launch_folder(run)}/{name}"
 
 
 def record_profile(store: Store, run: str, name: str, profile: str | Path) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def record_profile(store: Store, run: str, name: str, profile: str | Path) -> di
     profile = Path(profile)
     check_profile(store, run, name, profile)
     data = profile.read_bytes()
-    record = {"name": name, "path": str(profile), "sha256": sha256_bytes(data), "file": f"{LAUNCH_DIR}/{name}/{profile.name}"}
+    record = {"name": name, "path": str(profile), "sha256": sha256_bytes(data), "file": f"{LAUNCH}/{name}/{profile.name}"}
     store.create(f"{folder(run, name)}/{profile.name}", data)
     store.create(f"{folder(run, name)}/{RECORD_NAME}", canonical_json(record).encode())
     return record

@@ -24,24 +24,89 @@ def cache_files() -> list[str]:
     return names
 
 
+DATASETS, BACKBONES, CACHES = "datasets", "backbones", "caches"  # the results store's folders of shared steps
+
+
 def dataset_folder(dataset: str) -> str:
     """A staged dataset's step folder, relative to results."""
-    return f"datasets/{dataset}"
+    return f"{DATASETS}/{dataset}"
 
 
 def backbone_folder(backbone: str) -> str:
     """A backbone's step folder, relative to results."""
-    return f"backbones/{backbone}"
+    return f"{BACKBONES}/{backbone}"
 
 
 def cache_folder(dataset: str, backbone: str) -> str:
     """The folder of the record of a dataset's hidden-state cache under a backbone, relative to results."""
-    return f"caches/{dataset}__{backbone}"
+    return f"{CACHES}/{dataset}__{backbone}"
+
+
+RUNS = "runs"  # the results store's folder of runs and references
+# The step folders inside a run's folder (runs/<run>/...).
+EPOCHS, SELECTION, QUALIFICATION, EXPORT, PROFILING, REPORT = "epochs", "selection", "qualification", "export", "profiling", "report"
+MANIFEST_NAME = "run_manifest.json"  # the qualification's terminal record
 
 
 def run_folder(run: str) -> str:
     """A run's (or reference's) folder, relative to results."""
-    return f"runs/{run}"
+    return f"{RUNS}/{run}"
+
+
+def epochs_folder(run: str) -> str:
+    """The folder of a run's epoch step folders, relative to results."""
+    return f"{run_folder(run)}/{EPOCHS}"
+
+
+def epoch_folder(run: str, epoch: int | str) -> str:
+    """One epoch's step folder, relative to results."""
+    return f"{epochs_folder(run)}/{epoch}"
+
+
+def selection_folder(run: str) -> str:
+    return f"{run_folder(run)}/{SELECTION}"
+
+
+def qualification_folder(run: str) -> str:
+    return f"{run_folder(run)}/{QUALIFICATION}"
+
+
+def export_folder(run: str) -> str:
+    return f"{run_folder(run)}/{EXPORT}"
+
+
+def profiling_folder(run: str) -> str:
+    """A profiled run's traces and lifecycle summary, relative to results."""
+    return f"{run_folder(run)}/{PROFILING}"
+
+
+REPORTS = ("validation", "qualification", "profiling")  # a run's report figures, by the stage they show
+
+
+def report_folder(run: str, part: str) -> str:
+    """The folder of a run's report figures of one stage (REPORTS), relative to results."""
+    return f"{run_folder(run)}/{REPORT}/{part}"
+
+
+COMPARISON_FOLDER = f"{REPORT}/comparison"  # the floor | frozen | end-to-end figure of every qualified result
+LAUNCH = "launch"  # a run's launch and plan records (records/launch.py, records/plans.py)
+
+
+def launch_folder(run: str) -> str:
+    return f"{run_folder(run)}/{LAUNCH}"
+
+
+def log_file(rule: str, name: str = "") -> str:
+    """A job's log, relative to results (a rule with one job: logs/<rule>.log)."""
+    return f"logs/{rule}/{name}.log" if name else f"logs/{rule}.log"
+
+
+def root_of(path: str, folder: str) -> str:
+    """The results root a step folder (relative to results) lies in, from that folder's path as a job sees it."""
+    path = path.rstrip("/")
+    if path != folder and not path.endswith(f"/{folder}"):
+        raise ValueError(f"{path} is not the step folder {folder}")
+    return path[: -len(folder)].rstrip("/") or "."
 
 
 ARTIFACTS = "artifacts"  # the results store's folder of selected heads, by content
@@ -61,8 +126,12 @@ def export_name(sha256: str, suffix: str) -> str:
     return f"{EXPORTS}/sha256-{sha256}{suffix}"
 
 
+LEDGER = "ledger"  # the test-split ledger (records/ledger.py)
+MEMO = "memo"  # completed epochs, by identity (records/memo.py)
+TENSORBOARD = "tensorboard"  # `rffm tensorboard`'s default event-log folder
 # Folders of the results store that hold records, never rule outputs: kept whatever the config says.
-KEPT = ("ledger", ARTIFACTS, "memo", EXPORTS)
+KEPT = (LEDGER, ARTIFACTS, MEMO, EXPORTS)
+STEP_ROOTS = (RUNS, DATASETS, BACKBONES, CACHES, REPORT)  # the folders step folders lie under
 
 
 def planned_steps(config: dict) -> set[str]:
@@ -74,13 +143,13 @@ def planned_steps(config: dict) -> set[str]:
         spec = config["backbones"].get(backbone, {})
         if spec.get("dataset"):
             folders.add(dataset_folder(spec["dataset"]))
-        folders |= {f"{run_folder(name)}/epochs/{epoch}" for epoch in range(1, run["train"]["epochs"] + 1)}
-        folders |= {f"{run_folder(name)}/{step}" for step in ("selection", "qualification", "report/validation", "report/qualification")}
-        folders.add(f"{run_folder(name)}/export")
+        folders |= {epoch_folder(name, epoch) for epoch in range(1, run["train"]["epochs"] + 1)}
+        folders |= {selection_folder(name), qualification_folder(name), export_folder(name)}
+        folders |= {report_folder(name, "validation"), report_folder(name, "qualification")}
         if run.get("profiling"):
-            folders |= {f"{run_folder(name)}/profiling", f"{run_folder(name)}/report/profiling"}
+            folders |= {profiling_folder(name), report_folder(name, "profiling")}
     for name, reference in config.get("references", {}).items():  # end-to-end references: trained and qualified
-        folders |= {dataset_folder(reference["dataset"]), f"{run_folder(name)}/selection", f"{run_folder(name)}/qualification"}
+        folders |= {dataset_folder(reference["dataset"]), selection_folder(name), qualification_folder(name)}
     if config.get("references"):
-        folders.add("report/comparison")
+        folders.add(COMPARISON_FOLDER)
     return folders

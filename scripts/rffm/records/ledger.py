@@ -20,9 +20,10 @@ from typing import Any
 
 from rffm.errors import ExposureError, IntegrityError
 from rffm.records.files import canonical_json, remove_dead_temporaries, sha256_bytes, sha256_json
+from rffm.records.layout import LEDGER
+from rffm.records.pipeline import BACKBONE_STEPS, REFERENCE_STEPS, SELECTION_STEPS, backbone_step
 from rffm.records.store import Store
 
-LEDGER = "ledger"
 SCHEMA_VERSION = 1
 
 
@@ -187,12 +188,6 @@ def changed_keys(recorded: Any, current: Any, prefix: str = "") -> list[str]:
     return [] if recorded == current else [prefix.rstrip(".")]
 
 
-# Steps whose code decides a run's selected artifact (qualify's own code does not: it only reports).
-SELECTION_STEPS = ("stage_dataset", "pretrain_backbone", "import_backbone", "build_cache", "train_epoch", "select_checkpoint")
-BACKBONE_STEPS = ("pretrain_backbone", "import_backbone")
-REFERENCE_STEPS = ("stage_dataset", "train_reference")
-
-
 def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> dict[str, Any]:
     """What a run's qualified result came from: its config (but execution settings), its dataset's and
     backbone's config, and the code of the steps on its way to selection. Recorded in its ledger entry."""
@@ -205,7 +200,7 @@ def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> 
         }
     spec = config["runs"][run]
     backbone = config["backbones"][spec["backbone"]]
-    made_by = "import_backbone" if backbone["source"] == "checkpoint" else "pretrain_backbone"
+    made_by = backbone_step(backbone["source"])
     return {
         "runs": {run: {key: value for key, value in spec.items() if key != "profiling"}},
         "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},

@@ -19,21 +19,21 @@ PROCEDURE = "final_qualification"
 STEP_KEYS = ("executor", "job_id", "host", "device", "gpus", "image", "provider")
 
 
-def _provenance(directory: Path) -> dict[str, Any]:
+def step_provenance(directory: Path) -> dict[str, Any]:
     """A step's checked provenance (sealed, and belonging to the sentinel beside it)."""
     return provenance.read(Path(directory) / PROVENANCE_NAME, Path(directory) / SENTINEL_NAME)
 
 
 def collect_steps(dataset_dir: Path, backbone_dir: Path, cache_record_dir: Path, epoch_dirs: list, selection_dir: Path) -> dict[str, Any]:
     """Per-rule provenance records of the steps this run consumed."""
-    epochs = [_provenance(Path(d)) for d in epoch_dirs]
-    backbone_record = _provenance(backbone_dir)
+    epochs = [step_provenance(Path(d)) for d in epoch_dirs]
+    backbone_record = step_provenance(backbone_dir)
     return {
-        "stage_dataset": _provenance(dataset_dir),
+        "stage_dataset": step_provenance(dataset_dir),
         backbone_record.get("rule", "pretrain_backbone"): backbone_record,
-        "build_cache": _provenance(cache_record_dir),
+        "build_cache": step_provenance(cache_record_dir),
         "train_epoch": {**(epochs[-1] if epochs else {}), "jobs": epochs},
-        "select_checkpoint": _provenance(selection_dir),
+        "select_checkpoint": step_provenance(selection_dir),
     }
 
 
@@ -64,24 +64,32 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+FROZEN_BACKBONE = "frozen_backbone"  # a head trained on a frozen backbone's cached hidden states (qualify)
+END_TO_END = "end_to_end"  # a reference model trained from IQ end to end (qualify_reference)
+KINDS = (FROZEN_BACKBONE, END_TO_END)
+
+
 def build(
+    kind: str,
     spec: dict[str, Any],
     dataset_sentinel: dict[str, Any],
-    backbone_sentinel: dict[str, Any],
-    epoch_dirs: list,
     selection: dict[str, Any],
-    metrics: dict[str, Any],
+    qualified: dict[str, Any],
     steps: dict[str, Any],
-    launch_record: dict[str, Any],
-    ledger_entry: dict[str, str],
+    *,
+    backbone_sentinel: dict[str, Any] | None = None,
+    epoch_dirs: list = (),
+    launch_record: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the manifest (SPEC section 5 keys)."""
-    dataset = dataset_sentinel["dataset"]
-    epochs = []
-    for directory in epoch_dirs:  # the metrics each epoch's (checked) sentinel vouches for
-        m = epoch_metrics(read_sentinel(Path(directory) / SENTINEL_NAME), selection.get("member"))  # a sweep: the chosen member's
-        epochs.append({key: m[key] for key in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")})
-    return {
+    """The manifest of a run of `kind` (SPEC section 5 keys) from its qualification {metrics, link} and consumed records.
+
+    frozen_backbone takes the backbone sentinel, the epoch folders and the launch record; end_to_end the model's config.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"manifest kind {kind!r}: one of {KINDS}")
+    dataset, metrics = dataset_sentinel["dataset"], qualified["metrics"]
+    body = {
         "schema_version": SCHEMA_VERSION,
         "run_id": spec["run"],
         "procedure": PROCEDURE,
@@ -93,13 +101,7 @@ def build(
             "classes": dataset["classes"],
             "counts": dataset["counts"],
         },
-        "backbone": {
-            "name": backbone_sentinel["backbone"]["name"],
-            "source": backbone_sentinel["backbone"]["source"],
-            "fingerprint": backbone_sentinel["backbone"]["fingerprint"],
-            **user_backbone(backbone_sentinel["backbone"]),
-        },
-        "training": {"params": spec["train"], "epochs": epochs},
+        "training": {"params": spec["train"]},
         "selection": {
             "epoch": selection["epoch"],
             "metric": selection["metric"],
@@ -117,7 +119,28 @@ def build(
             "accuracy_by_class": metrics["accuracy_by_class"],
             "exposure_count": metrics["exposure_count"],
             "test_count": metrics["count"],
-            "ledger_entry": ledger_entry,
+            "ledger_entry": qualified["link"],
+        },
+    }
+    if kind == END_TO_END:
+        return {
+            **body,
+            "kind": kind,
+            "model": model,
+            "provenance": {
+                "versions": versions(),
+                "steps": {rule: {key: record.get(key) for key in (*STEP_KEYS, "duration_s")} for rule, record in steps.items()},
+            },
+        }
+    # frozen_backbone: the kind SPEC section 5 was written for (its manifest carries no `kind` key)
+    body["training"]["epochs"] = epoch_rows(epoch_dirs, selection)
+    return {
+        **body,
+        "backbone": {
+            "name": backbone_sentinel["backbone"]["name"],
+            "source": backbone_sentinel["backbone"]["source"],
+            "fingerprint": backbone_sentinel["backbone"]["fingerprint"],
+            **user_backbone(backbone_sentinel["backbone"]),
         },
         "provenance": {
             **source_revision(Path(__file__).resolve().parent),
@@ -132,6 +155,15 @@ def build(
             "restored_epochs": restored_epochs(steps.get("train_epoch", {}).get("jobs", [])),
         },
     }
+
+
+def epoch_rows(epoch_dirs: list, selection: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every epoch's metrics as its (checked) sentinel vouches for them; of a sweep, the chosen member's."""
+    rows = []
+    for directory in epoch_dirs:
+        m = epoch_metrics(read_sentinel(Path(directory) / SENTINEL_NAME), selection.get("member"))
+        rows.append({key: m[key] for key in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1")})
+    return rows
 
 
 def user_backbone(record: dict[str, Any]) -> dict[str, Any]:

@@ -18,13 +18,11 @@ from pathlib import Path
 from rffm.errors import IntegrityError
 from rffm.records import provenance
 from rffm.records.files import atomic_write_bytes, sha256_file, sha256_json
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.layout import MEMO, PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.seal import unseal
 from rffm.records.sentinel import check_record
 from rffm.records.step import IDENTITY_FIELDS, Step
 from rffm.records.store import Store
-
-MEMO = "memo"
 
 
 def entry(step: Step) -> str:

@@ -20,17 +20,16 @@ from typing import Any
 
 from rffm.errors import IntegrityError
 from rffm.records.files import sha256_file
-from rffm.records.layout import planned_steps, run_folder
+from rffm.records.layout import RUNS, launch_folder, planned_steps
 from rffm.records.seal import seal, unseal
 from rffm.records.store import Store
 
-LAUNCH_DIR = "launch"  # beside the launch profile records (records/launch.py)
 PLAN_NAME = re.compile(r"plan-([1-9][0-9]*)\.json")
 
 
 def plan_key(run: str, number: int) -> str:
     """The store key of a run's n-th plan record."""
-    return f"{run_folder(run)}/{LAUNCH_DIR}/plan-{number}.json"
+    return f"{launch_folder(run)}/plan-{number}.json"
 
 
 def _plain(value: Any) -> Any:
@@ -75,9 +74,9 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def latest(store: Store, run: str) -> tuple[int, dict[str, Any]] | None:
     """A run's latest plan record and its number (records of another run copied here are skipped)."""
     numbered = []
-    for key in store.list(f"{run_folder(run)}/{LAUNCH_DIR}"):
+    for key in store.list(launch_folder(run)):
         match = PLAN_NAME.fullmatch(key.rsplit("/", 1)[-1])
-        if match and "/" not in key.removeprefix(f"{run_folder(run)}/{LAUNCH_DIR}/"):
+        if match and "/" not in key.removeprefix(f"{launch_folder(run)}/"):
             numbered.append(int(match.group(1)))
     for number in sorted(numbered, reverse=True):
         try:
@@ -134,7 +133,7 @@ def record_plans(
 def plan_problems(results: Path) -> list[str]:
     """Plan records whose seal, shape or run is wrong (one line each, naming the file)."""
     problems = []
-    for path in sorted(results.glob(f"runs/*/{LAUNCH_DIR}/plan-*.json")):
+    for path in sorted(results.glob(f"{launch_folder('*')}/plan-*.json")):
         if PLAN_NAME.fullmatch(path.name):
             try:
                 read_record(path.read_bytes(), str(path), path.parents[1].name)
@@ -165,7 +164,7 @@ class Judgment:
         """Whether a step folder (relative to results) is part of the plan (True when nothing says otherwise)."""
         if self.config is None:
             return True
-        if self.unknown and (not folder.startswith("runs/") or folder.split("/")[1] in self.unknown):
+        if self.unknown and (not folder.startswith(f"{RUNS}/") or folder.split("/")[1] in self.unknown):
             return True  # a run no record speaks for may use any dataset, backbone or cache: none is stale
         if self._planned is None:
             self._planned = planned_steps(self.config)
@@ -173,7 +172,7 @@ class Judgment:
 
 
 def run_folders(results: Path) -> list[str]:
-    runs = results / "runs"
+    runs = results / RUNS
     return sorted(d.name for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []
 
 

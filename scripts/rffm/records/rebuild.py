@@ -15,11 +15,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from rffm.records.layout import SENTINEL_NAME, planned_steps
+from rffm.records.layout import RUNS, SENTINEL_NAME, STEP_ROOTS, planned_steps
 from rffm.records.plans import latest, run_folders
 from rffm.records.store import PosixStore
 
-STEP_ROOTS = ("runs", "datasets", "backbones", "caches", "report")
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's own configfile
 DEFAULT_SNAKEFILE = "workflow/Snakefile"  # where Snakemake looks from the working directory
 
@@ -36,10 +35,10 @@ def plan_record(results: Path, folder: str) -> dict[str, Any] | None:
     """The plan record that speaks for a step folder: its run's, else the first run's whose plan writes it."""
     store = PosixStore(results)
     parts = folder.split("/")
-    runs = [parts[1]] if parts[0] == "runs" and len(parts) > 1 else run_folders(results)
+    runs = [parts[1]] if parts[0] == RUNS and len(parts) > 1 else run_folders(results)
     for run in runs:
         found = latest(store, run)
-        if found and (parts[0] == "runs" or folder in planned_steps({"runs": {}, **found[1]["plan"]})):
+        if found and (parts[0] == RUNS or folder in planned_steps({"runs": {}, **found[1]["plan"]})):
             return found[1]
     return None
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rffm.errors import ConfigError
 from rffm.records.files import atomic_write_bytes
+from rffm.records.layout import profiling_folder
 
 
 class Store:
@@ -212,12 +213,17 @@ def open_store(url: str | Path) -> Store:
     return PosixStore(text)
 
 
+def given_store(store: Store | str | Path | None, rule: str) -> Store:
+    """The results store a step was handed (the rule passes --store); never guessed from its output folder."""
+    if isinstance(store, Store):
+        return store
+    if not store:
+        raise ConfigError(f"{rule}: no results store given. Fix: pass --store DIR|gs://bucket/prefix (the rule passes the configured one)")
+    return open_store(store)
+
+
 def publish_trace(store: Store, run: str, trace: Path) -> str:
     """Put a Chrome trace (a diagnostic, never read back into a result) into a run's profiling folder."""
     key = f"{profiling_folder(run)}/{trace.name}"
     store.put(key, trace.read_bytes())
     return key
-
-
-def profiling_folder(run: str) -> str:
-    return f"runs/{run}/profiling"

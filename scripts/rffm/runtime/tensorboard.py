@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rffm.records.layout import EPOCHS, RUNS, SENTINEL_NAME
 from rffm.records.sentinel import read_sentinel
 
 ENV_VARS = ("AIP_TENSORBOARD_LOG_DIR", "RFFM_TENSORBOARD_DIR")
@@ -73,10 +74,10 @@ def log_epoch(run: str, metrics: dict[str, Any]) -> str | None:
 def export(results_dir: str | Path, log_dir: str) -> dict[str, int]:
     """Write every finished epoch of every run under results_dir; return epochs written per run."""
     written = {}
-    runs = Path(results_dir) / "runs"
+    runs = Path(results_dir) / RUNS
     for run_dir in sorted(d for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []:
         by_run: dict[str, list] = {}
-        for path in (run_dir / "epochs").glob("*/sentinel.json"):
+        for path in (run_dir / EPOCHS).glob(f"*/{SENTINEL_NAME}"):
             body = read_sentinel(path)
             for member, entry in body.get("members", {}).items():  # a sweep: one log per member
                 by_run.setdefault(f"{run_dir.name}/{member}", []).append(entry["metrics"])

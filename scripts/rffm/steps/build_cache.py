@@ -1,9 +1,9 @@
-"""build_cache: the frozen backbone once over train and val, kept as a node-local memo; its record in results.
+"""build_cache: the frozen backbone once over train and val, kept as a node-local cache; its record in results.
 
 The record (results/caches/<dataset>__<backbone>/sentinel.json) names the recipe — the dataset and
 backbone sentinels, this code, and the encoder (input adapter, taps, keep option: rffm.model.encoder)
 — and what the cache holds (classes, row shapes, taps); epochs link to it.
-The cache itself lives under `scratch` on the node that trains (rffm.data.cache): the workflow never
+The cache itself lives under `scratch` on the node that trains (rffm.data.cache_local): the workflow never
 tracks, uploads or deletes it, and an epoch that does not find it builds it the same way.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 import h5py
 import torch
 
-from rffm.data import cache
+from rffm.data.cache_local import ensure
 from rffm.errors import ConfigError
 from rffm.model import encoder as encoders
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, split_file
 from rffm.records.step import Step
-from rffm.records.store import open_store, publish_trace
+from rffm.records.store import given_store, publish_trace
 from rffm.runtime.profiling import PhaseTimes
 
 RULE = "build_cache"
@@ -73,7 +73,7 @@ def run(
     profile_runs: list[str] = (),
     profile_batches: int = 0,
 ) -> Path:
-    """Write the cache record of one (dataset, backbone) into out_dir and build its memo under `scratch`.
+    """Write the cache record of one (dataset, backbone) into out_dir and build the cache itself under `scratch`.
 
     `spec` is the encoder's (rffm.model.encoder.spec_for of the backbone's config; default: all tokens of
     the model's own outputs). With `profile_runs`, the first `profile_batches` batches are traced and the
@@ -91,10 +91,10 @@ def run(
         step.device = torch.device(device)
         options = {"batch_size": batch_size, "disk_headroom": disk_headroom, "batch_profile": batch_profile, "device": device}
         trace = Path(traces) / TRACE if profile_runs else None
-        directory, stats = cache.ensure(record, step.out_dir, scratch, options, phases, trace, profile_batches)
-        step.details = {"memo": str(directory), "built": stats is not None, "phases": phases.as_dict()}
+        directory, stats = ensure(record, step.out_dir, scratch, options, phases, trace, profile_batches)
+        step.details = {"cache_dir": str(directory), "built": stats is not None, "phases": phases.as_dict()}
         step.details.update({key: value for key, value in (stats or {}).items() if key != "meta"})
         if trace is not None and trace.exists():
             for run in profile_runs:
-                publish_trace(open_store(store or step.out_dir.parents[1]), run, trace)
+                publish_trace(given_store(store, RULE), run, trace)
     return step.sentinel

@@ -30,7 +30,7 @@ from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, export_name, split_file
 from rffm.records.step import Step
 from rffm.records.store import Store, open_store
-from rffm.steps.qualify import load_artifact
+from rffm.training.artifact import load_head as load_artifact
 
 RULE = "export"
 PROGRAM, ONNX, WEIGHTS, CARD = "model.pt2", "model.onnx", "weights.safetensors", "model_card.json"

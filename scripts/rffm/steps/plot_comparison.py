@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rffm.ops import compare
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import SENTINEL_NAME
+from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, qualification_folder
 from rffm.records.step import Step
 
 RULE = "plot_comparison"
@@ -21,7 +21,7 @@ def run(results_dir: str | Path, runs: list[str], out_dir: str | Path) -> Path:
     results = Path(results_dir)
     with Step(RULE, out_dir, key={}, params={"runs": sorted(runs)}) as step:
         for name in sorted(runs):
-            step.consume(f"qualification_{name}", results / "runs" / name / "qualification" / SENTINEL_NAME, ["run_manifest.json"])
+            step.consume(f"qualification_{name}", results / qualification_folder(name) / SENTINEL_NAME, [MANIFEST_NAME])
         rows = compare.collect(results, names=runs)
         compare.plot(rows, step.out_dir / "comparison.png")
         atomic_write_json(step.out_dir / "comparison.json", {"rows": rows})

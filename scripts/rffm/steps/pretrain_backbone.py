@@ -10,10 +10,10 @@ import torch
 
 from rffm.data.splits import map_iq
 from rffm.model import backbone
-from rffm.model.pretraining import pretrain_weights
 from rffm.records.files import atomic_write_json
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.step import Step
+from rffm.training.pretraining import pretrain_weights
 
 RULE = "pretrain_backbone"
 

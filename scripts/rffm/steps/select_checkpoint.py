@@ -19,7 +19,7 @@ from rffm.records.files import atomic_write_bytes, atomic_write_json, canonical_
 from rffm.records.layout import MODEL_CARD, SENTINEL_NAME
 from rffm.records.sentinel import require_intact
 from rffm.records.step import Step
-from rffm.records.store import open_store
+from rffm.records.store import given_store
 from rffm.training import sweep
 from rffm.training.selection import choose, publish_artifact, sweep_candidates
 from rffm.training.selection import evidence as selection_evidence
@@ -36,7 +36,7 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
     members = sweep.members(spec)
     names = [m["name"] for m in members] if len(members) > 1 else None
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=options) as step:
-        results = open_store(store or step.out_dir.parents[2])
+        results = given_store(store, RULE)
         epoch_dirs = [Path(d) for d in epoch_dirs]
         candidates = []
         for directory in epoch_dirs:  # runs/<run>/epochs/<k>

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from rffm.records import provenance
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, profiling_folder
 from rffm.records.step import Step
-from rffm.records.store import open_store, profiling_folder
+from rffm.records.store import given_store
 from rffm.runtime.profiling import SUMMARY_NAME, summarize
 
 RULE = "summarize_profiling"
@@ -25,7 +25,7 @@ def run(
         for directory in map(Path, epoch_dirs):  # runs/<run>/epochs/<k>
             step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME)
             parts[f"epoch{directory.name}"] = provenance.read(directory / PROVENANCE_NAME, directory / SENTINEL_NAME)
-        results = open_store(store or step.out_dir.parents[2])
+        results = given_store(store, RULE)
         traces = [Path(key).name for key in results.list(profiling_folder(run_name)) if key.endswith(".trace.json")]
         atomic_write_json(step.out_dir / SUMMARY_NAME, summarize(run_name, parts, traces))
         step.output(SUMMARY_NAME)

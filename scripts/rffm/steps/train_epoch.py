@@ -7,33 +7,30 @@ order; each member keeps its own init, dropout stream (the torch RNG state is sw
 optimizer and schedule. Each member is also a step of its own (its identity is the one the same
 member would have as a plain run): its memo entry is restored when it exists, so a grid that gains
 a value trains only the new members, and the epoch's checkpoint.pt bundles every member's files.
+The loop itself is rffm.training.epoch.train_heads; this step restores, saves and records.
 """
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-from rffm.data import cache
-from rffm.data.cache import prefetched
+from rffm.data.cache_format import recipe
+from rffm.data.cache_local import ensure
+from rffm.data.cache_reader import open_cache
 from rffm.errors import ConfigError, IntegrityError
-from rffm.model import head as head_model
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME
 from rffm.records.step import Step
-from rffm.records.store import open_store, publish_trace
+from rffm.records.store import given_store, open_store, publish_trace
 from rffm.runtime import tensorboard
-from rffm.runtime.profiling import BatchTracer, PhaseTimes
-from rffm.runtime.progress import Progress
+from rffm.runtime.profiling import PhaseTimes
 from rffm.training import sweep
-from rffm.training.epoch import evaluate_members, make_head, make_optimizer, train_options
+from rffm.training.epoch import train_heads, train_options
 
 RULE = "train_epoch"
 OUTPUTS = ("checkpoint.pt", "metrics.json")
@@ -56,7 +53,7 @@ def run(
     """Train epoch `epoch` (1-based) of every member and write checkpoint.pt, metrics.json and the sentinel.
 
     An epoch (or a member's epoch) kept in the memo (rffm.records.memo) with this identity is restored
-    instead of trained; a trained one is kept there. The cache is read from this node's memo, built first if missing.
+    instead of trained; a trained one is kept there. The hidden-state cache is read from this node's scratch, built first if missing.
     """
     members = sweep.members(spec)
     if len(members) == 1:  # the plain epoch: one member, its own folder
@@ -166,162 +163,45 @@ def write_bundle(step: Step, group: list[dict[str, Any]], epoch: int) -> None:
 
 
 def train_members(spec, todo, where: dict[str, Any], epoch, step: Step, device, results, profile_batches) -> None:
-    """Open the cache (built first when this node has none) and train the members that were not restored."""
+    """Open the cache (built first when this node has none), train the members that were not restored, save each."""
     record, cache_record_dir = where["record"], where["record_dir"]
     scratch, cache_options = where["scratch"], where["cache_options"]
     step.device = torch.device(device)
     phases = PhaseTimes()
-    directory, built = cache.ensure(record, cache_record_dir, scratch, {**cache_options, "device": device}, phases)
+    directory, built = ensure(record, cache_record_dir, scratch, {**cache_options, "device": device}, phases)
     if built:
         step.details["cache_build"] = {key: value for key, value in built.items() if key != "meta"}
-    splits, meta = cache.open_memo(directory, cache.recipe(record), RULE)
+    splits, meta = open_cache(directory, recipe(record), RULE)
     if meta["backbone_fingerprint"] != record["backbone_fingerprint"]:
         raise IntegrityError(f"{directory}/meta.json: backbone fingerprint disagrees with the cache record {cache_record_dir}")
+    members = [
+        {key: m[key] for key in ("name", "options", "previous", "previous_path")} | {"params_sha256": m["step"].identity()["params_sha256"]}
+        for m in todo
+    ]
     with tempfile.TemporaryDirectory() as traces:
         trace_dir = Path(traces) if profile_batches else None
-        train(spec, todo, splits, meta, epoch, step, step.device, trace_dir, profile_batches, phases)
+        trained, details = train_heads(
+            members,
+            splits,
+            meta,
+            epoch,
+            step.device,
+            run=spec["run"],
+            sweep_run=sweep.is_bundle(spec),
+            phases=phases,
+            trace_dir=trace_dir,
+            profile_batches=profile_batches,
+        )
+        step.details.update(details)
+        for m, result in zip(todo, trained, strict=True):
+            atomic_torch_save(m["step"].out_dir / "checkpoint.pt", result["checkpoint"])
+            atomic_write_json(m["step"].out_dir / "metrics.json", result["metrics"])
+            for name in OUTPUTS:
+                m["step"].output(name)
+            m["metrics"] = result["metrics"]
         for trace in sorted(Path(traces).glob("*.trace.json")):
-            publish_trace(results or open_store(step.out_dir.parents[3]), spec["run"], trace)
+            publish_trace(given_store(results, RULE), spec["run"], trace)
     for m in todo:
         m["step"].device = step.device
         m["step"].facts.update({"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": m["metrics"]})
         m["step"].details["phases"] = step.details["phases"]
-
-
-def resume(m: dict[str, Any], meta, epoch: int, steps_per_epoch: int, device) -> None:
-    """A member's head, optimizer, schedule and RNG state: fresh from its seed at epoch 1, else its previous checkpoint."""
-    options = m["options"]
-    m["params_sha256"] = m["step"].identity()["params_sha256"]
-    if epoch == 1:
-        torch.manual_seed(int(options["seed"]))
-    m["head"] = make_head(meta, options).to(device)
-    m["optimizer"], m["scheduler"] = make_optimizer(m["head"], options, steps_per_epoch)
-    if epoch == 1:
-        m["rng"] = torch.get_rng_state()
-    else:
-        state = torch.load(_bytes_io(m["previous"]), map_location=device, weights_only=True)
-        if state["params_sha256"] != m["params_sha256"] or state["epoch"] != epoch - 1:
-            raise IntegrityError(
-                f"{m['previous_path']} is epoch {state['epoch']} of different training params; "
-                f"epoch {epoch} must resume from epoch {epoch - 1} of the same run. Fix: rerun snakemake, which retrains from epoch 1."
-            )
-        if state["backbone_fingerprint"] != meta["backbone_fingerprint"]:
-            raise IntegrityError(f"{m['previous_path']} was trained on another backbone than the cache it reads")
-        m["head"].load_state_dict(state["head"])
-        m["optimizer"].load_state_dict(state["optimizer"])
-        m["scheduler"].load_state_dict(state["scheduler"])
-        m["rng"] = state["torch_rng"].cpu()
-    if device.type == "cuda":  # CUDA dropout draws from the device generator: one stream per member, from its seed and the epoch
-        with torch.random.fork_rng(devices=[device]):
-            torch.cuda.manual_seed(int(options["seed"]) * 100003 + epoch)
-            m["cuda_rng"] = torch.cuda.get_rng_state(device)
-
-
-def _bytes_io(data: bytes):
-    import io
-
-    return io.BytesIO(data)
-
-
-def available_memory(device) -> int | None:
-    """Free bytes where the heads live (None when unknown)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:  # MemAvailable counts reclaimable page cache (the cache's own mapped pages among it), unlike free pages
-        meminfo = Path("/proc/meminfo").read_text()
-        return int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemAvailable:"))) * 1024
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def train(spec, todo, splits, meta, epoch, step: Step, device, profile_dir, profile_batches, phases) -> None:
-    """The epoch itself: resume every member; one pass over the train split feeding each batch to all; validate; save."""
-    train_split, val_split = splits["train"], splits["val"]
-    batch_size = int(todo[0]["options"]["batch_size"])
-    seed = int(todo[0]["options"]["seed"])  # the run's: members share batch_size and seed (not sweepable)
-    steps_per_epoch = -(-len(train_split) // batch_size)
-    for m in todo:
-        resume(m, meta, epoch, steps_per_epoch, device)
-    head_params = max(sum(p.numel() for p in m["head"].parameters()) for m in todo)
-    step.details["memory_bytes"] = sweep.check_memory(
-        len(todo), head_params, batch_size * train_split.row_bytes * 2, available_memory(device), f"runs.{spec['run']}.sweep"
-    )
-
-    order = np.random.default_rng([seed, epoch]).permutation(len(train_split))
-    batches = [order[start : start + batch_size] for start in range(0, len(train_split), batch_size)]
-    for m in todo:
-        m["head"].train()
-        m["total_loss"], m["correct"] = 0.0, 0
-    profile_dir = Path(profile_dir) if profile_dir and profile_batches else None
-    tracer = BatchTracer(profile_dir / f"epoch{epoch}_train.trace.json" if profile_dir else None, profile_batches, phases)
-    progress = Progress(f"{RULE} {spec['run']}/{epoch}", total=steps_per_epoch, unit="batch")
-    bytes_read = 0
-    for hidden, labels in prefetched(train_split, batches, device, phases):
-        bytes_read += len(labels) * train_split.row_bytes
-        with phases.phase("head"):
-            for m in todo:  # one gathered batch, every head in grid order, each with its own RNG stream
-                torch.set_rng_state(m["rng"])
-                if device.type == "cuda":
-                    torch.cuda.set_rng_state(m["cuda_rng"], device)
-                logits = m["head"](hidden)
-                loss = F.cross_entropy(logits, labels, label_smoothing=m["options"]["label_smoothing"])
-                m["optimizer"].zero_grad(set_to_none=True)
-                loss.backward()
-                m["optimizer"].step()
-                m["scheduler"].step()
-                m["total_loss"] += loss.item() * len(labels)
-                m["correct"] += int((logits.argmax(dim=1) == labels).sum())
-                m["rng"] = torch.get_rng_state()
-                if device.type == "cuda":
-                    m["cuda_rng"] = torch.cuda.get_rng_state(device)
-        tracer.step()
-        progress.update(1, loss=f"{loss.item():.4f}")
-    tracer.close()
-    progress.close()
-    for m in todo:
-        head, total_loss = m["head"], m["total_loss"]
-        if not math.isfinite(total_loss) or not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
-            where = f"runs.{spec['run']}.train" + (f" (sweep member {m['name']})" if len(sweep.members(spec)) > 1 else "")
-            raise ConfigError(
-                f"{where}: epoch {epoch} diverged (train loss {total_loss / len(train_split)}, non-finite weights); "
-                f"nothing of it is kept, so it can never be selected or qualified. Fix: lower runs.{spec['run']}.train.lr "
-                "(or raise warmup_steps, or drop that sweep value) and rerun snakemake."
-            )
-    val_tracer = BatchTracer(profile_dir / f"epoch{epoch}_val.trace.json" if profile_dir else None, profile_batches, phases)
-    validations = evaluate_members([m["head"] for m in todo], val_split, max(batch_size, 512), device, phases, val_tracer)
-    val_tracer.close()
-    step.details["cache_bytes_read"] = bytes_read + len(val_split) * val_split.row_bytes
-    step.details["phases"] = phases.as_dict()
-    for m, validation in zip(todo, validations, strict=True):
-        save_member(m, validation, meta, epoch, len(train_split))
-
-
-def save_member(m: dict[str, Any], validation: dict[str, float], meta, epoch: int, train_count: int) -> None:
-    """One member's checkpoint.pt and metrics.json, exactly as its plain run writes them."""
-    head, optimizer, scheduler, out_dir = m["head"], m["optimizer"], m["scheduler"], m["step"].out_dir
-    m["metrics"] = {
-        "epoch": epoch,
-        "train_loss": m["total_loss"] / train_count,
-        "train_accuracy": m["correct"] / train_count,
-        "val_loss": validation["loss"],
-        "val_accuracy": validation["accuracy"],
-        "val_macro_f1": validation["macro_f1"],
-        "lr": scheduler.get_last_lr()[0],
-        "global_step": scheduler.last_epoch,
-    }
-    checkpoint = {
-        "epoch": epoch,
-        "run": m["spec"]["run"],
-        "params_sha256": m["params_sha256"],
-        "backbone_fingerprint": meta["backbone_fingerprint"],
-        "classes": meta["classes"],
-        "head_config": head_model.config_record(head.config),
-        "head": {name: tensor.cpu() for name, tensor in head.state_dict().items()},
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "torch_rng": m["rng"],
-    }
-    atomic_torch_save(out_dir / "checkpoint.pt", checkpoint)
-    atomic_write_json(out_dir / "metrics.json", m["metrics"])
-    for name in OUTPUTS:
-        m["step"].output(name)

@@ -1,1 +1,1 @@
-"""The pieces of a head epoch and the selection rule."""
+"""Every loop and every evaluation: head epochs and sweeps, pretraining, the reference CNN, selection, qualification."""

@@ -1,18 +1,30 @@
-"""The pieces of a head epoch: the head, its optimizer and schedule, and evaluation on a cached split."""
+"""A head epoch: the head, its optimizer and schedule, and the epoch loop of every member of a run's sweep.
+
+train_heads is the loop: each member resumes (fresh from its seed at epoch 1, else from its previous
+checkpoint's bytes), one pass over the cached train split feeds every batch, gathered once, to all
+heads in grid order (each with its own RNG stream), then one pass validates them all. It returns each
+member's metrics and checkpoint state; saving and recording them is the caller's (steps/train_epoch).
+"""
 
 from __future__ import annotations
 
+import io
+import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rffm.data.cache import CacheSplit, prefetched
+from rffm.data.cache_reader import CacheSplit, prefetched
+from rffm.errors import ConfigError, IntegrityError
 from rffm.model import head as head_model
 from rffm.model.head import AttentionPoolHead
-from rffm.model.metrics import confusion_matrix, macro_f1
 from rffm.runtime.profiling import BatchTracer, PhaseTimes
+from rffm.runtime.progress import Progress
+from rffm.training import sweep
+from rffm.training.evaluation import validate_heads
 
 
 def train_options(spec: dict[str, Any]) -> dict[str, Any]:
@@ -38,45 +50,149 @@ def make_optimizer(head: AttentionPoolHead, options: dict[str, Any], steps_per_e
     return optimizer, scheduler
 
 
-def evaluate(
-    head: AttentionPoolHead,
-    split: CacheSplit,
-    batch_size: int,
-    device: torch.device | None = None,
-    phases: PhaseTimes | None = None,
-    tracer: BatchTracer | None = None,
-) -> dict[str, float]:
-    """Loss, accuracy and macro-F1 of the head on a cached split, in file order."""
-    return evaluate_members([head], split, batch_size, device, phases, tracer)[0]
+def available_memory(device: torch.device) -> int | None:
+    """Free bytes where the heads live (None when unknown)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:  # MemAvailable counts reclaimable page cache (the cache's own mapped pages among it), unlike free pages
+        meminfo = Path("/proc/meminfo").read_text()
+        return int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemAvailable:"))) * 1024
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
-def evaluate_members(
-    heads: list[AttentionPoolHead],
-    split: CacheSplit,
-    batch_size: int,
-    device: torch.device | None = None,
+def resume(member: dict[str, Any], meta: dict[str, Any], epoch: int, steps_per_epoch: int, device: torch.device) -> dict[str, Any]:
+    """A member's head, optimizer, schedule and RNG state: fresh from its seed at epoch 1, else its previous checkpoint."""
+    options = member["options"]
+    if epoch == 1:
+        torch.manual_seed(int(options["seed"]))
+    head = make_head(meta, options).to(device)
+    optimizer, scheduler = make_optimizer(head, options, steps_per_epoch)
+    state = {**member, "head": head, "optimizer": optimizer, "scheduler": scheduler}
+    if epoch == 1:
+        state["rng"] = torch.get_rng_state()
+    else:
+        previous = torch.load(io.BytesIO(member["previous"]), map_location=device, weights_only=True)
+        if previous["params_sha256"] != member["params_sha256"] or previous["epoch"] != epoch - 1:
+            raise IntegrityError(
+                f"{member['previous_path']} is epoch {previous['epoch']} of different training params; "
+                f"epoch {epoch} must resume from epoch {epoch - 1} of the same run. Fix: rerun snakemake, which retrains from epoch 1."
+            )
+        if previous["backbone_fingerprint"] != meta["backbone_fingerprint"]:
+            raise IntegrityError(f"{member['previous_path']} was trained on another backbone than the cache it reads")
+        head.load_state_dict(previous["head"])
+        optimizer.load_state_dict(previous["optimizer"])
+        scheduler.load_state_dict(previous["scheduler"])
+        state["rng"] = previous["torch_rng"].cpu()
+    if device.type == "cuda":  # CUDA dropout draws from the device generator: one stream per member, from its seed and the epoch
+        with torch.random.fork_rng(devices=[device]):
+            torch.cuda.manual_seed(int(options["seed"]) * 100003 + epoch)
+            state["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def train_heads(
+    members: list[dict[str, Any]],
+    splits: dict[str, CacheSplit],
+    meta: dict[str, Any],
+    epoch: int,
+    device: torch.device,
+    *,
+    run: str,
+    sweep_run: bool = False,
     phases: PhaseTimes | None = None,
-    tracer: BatchTracer | None = None,
-) -> list[dict[str, float]]:
-    """evaluate() of several heads from one pass over the split: each batch is gathered once and fed to all."""
-    device = device or torch.device("cpu")
+    trace_dir: Path | None = None,
+    profile_batches: int = 0,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Epoch `epoch` of every member: ([{metrics, checkpoint}] in the members' order, details).
+
+    A member is {name, options (train_options), params_sha256, previous (its epoch-1 checkpoint bytes, None
+    at epoch 1), previous_path (for messages)}; members share batch_size and seed (not sweepable).
+    `sweep_run` names the member in a divergence message; details: memory_bytes, cache_bytes_read, phases.
+    """
     phases = phases or PhaseTimes()
-    for head in heads:
-        head.eval()
-    total_loss, predictions = [0.0] * len(heads), [[] for _ in heads]
-    batches = [np.arange(start, min(start + batch_size, len(split))) for start in range(0, len(split), batch_size)]
-    with torch.no_grad():
-        for hidden, labels in prefetched(split, batches, device, phases):
-            with phases.phase("head"):
-                for index, head in enumerate(heads):
-                    logits = head(hidden)
-                    total_loss[index] += F.cross_entropy(logits, labels, reduction="sum").item()
-                    predictions[index].append(logits.argmax(dim=1).cpu().numpy())
-            if tracer is not None:
-                tracer.step()
-    results = []
-    for head, loss, predicted in zip(heads, total_loss, predictions, strict=True):
-        predicted = np.concatenate(predicted)
-        confusion = confusion_matrix(split.labels, predicted, head.config.classes)
-        results.append({"loss": loss / len(split), "accuracy": float((predicted == split.labels).mean()), "macro_f1": macro_f1(confusion)})
-    return results
+    train_split, val_split = splits["train"], splits["val"]
+    batch_size = int(members[0]["options"]["batch_size"])
+    seed = int(members[0]["options"]["seed"])
+    steps_per_epoch = -(-len(train_split) // batch_size)
+    states = [resume(member, meta, epoch, steps_per_epoch, device) for member in members]
+    head_params = max(sum(p.numel() for p in m["head"].parameters()) for m in states)
+    details = {
+        "memory_bytes": sweep.check_memory(
+            len(states), head_params, batch_size * train_split.row_bytes * 2, available_memory(device), f"runs.{run}.sweep"
+        )
+    }
+
+    order = np.random.default_rng([seed, epoch]).permutation(len(train_split))
+    batches = [order[start : start + batch_size] for start in range(0, len(train_split), batch_size)]
+    for m in states:
+        m["head"].train()
+        m["total_loss"], m["correct"] = 0.0, 0
+    trace_dir = Path(trace_dir) if trace_dir and profile_batches else None
+    tracer = BatchTracer(trace_dir / f"epoch{epoch}_train.trace.json" if trace_dir else None, profile_batches, phases)
+    progress = Progress(f"train_epoch {run}/{epoch}", total=steps_per_epoch, unit="batch")
+    bytes_read = 0
+    for hidden, labels in prefetched(train_split, batches, device, phases):
+        bytes_read += len(labels) * train_split.row_bytes
+        with phases.phase("head"):
+            for m in states:  # one gathered batch, every head in grid order, each with its own RNG stream
+                torch.set_rng_state(m["rng"])
+                if device.type == "cuda":
+                    torch.cuda.set_rng_state(m["cuda_rng"], device)
+                logits = m["head"](hidden)
+                loss = F.cross_entropy(logits, labels, label_smoothing=m["options"]["label_smoothing"])
+                m["optimizer"].zero_grad(set_to_none=True)
+                loss.backward()
+                m["optimizer"].step()
+                m["scheduler"].step()
+                m["total_loss"] += loss.item() * len(labels)
+                m["correct"] += int((logits.argmax(dim=1) == labels).sum())
+                m["rng"] = torch.get_rng_state()
+                if device.type == "cuda":
+                    m["cuda_rng"] = torch.cuda.get_rng_state(device)
+        tracer.step()
+        progress.update(1, loss=f"{loss.item():.4f}")
+    tracer.close()
+    progress.close()
+    for m in states:
+        head, total_loss = m["head"], m["total_loss"]
+        if not math.isfinite(total_loss) or not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
+            where = f"runs.{run}.train" + (f" (sweep member {m['name']})" if sweep_run else "")
+            raise ConfigError(
+                f"{where}: epoch {epoch} diverged (train loss {total_loss / len(train_split)}, non-finite weights); "
+                f"nothing of it is kept, so it can never be selected or qualified. Fix: lower runs.{run}.train.lr "
+                "(or raise warmup_steps, or drop that sweep value) and rerun snakemake."
+            )
+    val_tracer = BatchTracer(trace_dir / f"epoch{epoch}_val.trace.json" if trace_dir else None, profile_batches, phases)
+    validations = validate_heads([m["head"] for m in states], val_split, max(batch_size, 512), device, phases, val_tracer)
+    val_tracer.close()
+    details["cache_bytes_read"] = bytes_read + len(val_split) * val_split.row_bytes
+    details["phases"] = phases.as_dict()
+    trained = [finish(m, validation, meta, epoch, run, len(train_split)) for m, validation in zip(states, validations, strict=True)]
+    return trained, details
+
+
+def finish(m: dict[str, Any], validation: dict[str, float], meta: dict[str, Any], epoch: int, run: str, train_count: int) -> dict[str, Any]:
+    """One member's epoch metrics and checkpoint state, exactly as its plain run saves them."""
+    head, optimizer, scheduler = m["head"], m["optimizer"], m["scheduler"]
+    metrics = {
+        "epoch": epoch,
+        "train_loss": m["total_loss"] / train_count,
+        "train_accuracy": m["correct"] / train_count,
+        **validation,
+        "lr": scheduler.get_last_lr()[0],
+        "global_step": scheduler.last_epoch,
+    }
+    checkpoint = {
+        "epoch": epoch,
+        "run": run,
+        "params_sha256": m["params_sha256"],
+        "backbone_fingerprint": meta["backbone_fingerprint"],
+        "classes": meta["classes"],
+        "head_config": head_model.config_record(head.config),
+        "head": {name: tensor.cpu() for name, tensor in head.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "torch_rng": m["rng"],
+    }
+    return {"metrics": metrics, "checkpoint": checkpoint}

@@ -1,0 +1,167 @@
+"""Domain rules, checked once the shape is right (defaults filled in): names that must exist, constraints
+between fields (splits, SNR ranges, attention heads, patch vs signal length), paths that resolve to the root."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from rffm.config.schema import DIRECTORY_KEYS, ROOT_WRITES
+
+SPLIT_TOLERANCE = 1e-6  # as staging checks it
+MAX_SNR_POINTS = 1000
+MAX_STRATUM_SAMPLES = 1 << 28  # one (class, SNR) pair is generated in memory: 2 GiB of float32 I and Q
+
+
+def follows_from(reference_problem: str, schema_problems: list[str]) -> bool:
+    """Whether a reference problem is a consequence of a schema problem (of its own entry or the table it names)."""
+    key = reference_problem.split(": ")[0]
+    table = {"dataset": "datasets", "backbone": "backbones"}.get(key.rsplit(".", 1)[-1], "")
+    for bad in (problem.split(": ")[0] for problem in schema_problems):
+        if bad in ("(top level)", table) or key == bad or key.startswith(f"{bad}.") or bad.startswith(f"{key}."):
+            return True
+    return False
+
+
+def references_as_written(config: dict[str, Any]) -> list[str]:
+    """reference_errors on a config that failed the schema (no defaults): only the names it can read."""
+    sections = ("datasets", "backbones", "runs", "references")
+    readable = {k: v for k, v in config.items() if k in sections and isinstance(v, dict)}
+    readable = {k: {n: e for n, e in v.items() if isinstance(e, dict)} for k, v in readable.items()}
+    try:
+        return [p for p in reference_errors(readable) if "required for source" not in p and "needs both" not in p]
+    except (TypeError, AttributeError, KeyError):
+        return []
+
+
+def reference_errors(config: dict[str, Any]) -> list[str]:
+    """Runs and backbones must name datasets and backbones that exist."""
+    problems = []
+    for name, spec in config.get("backbones", {}).items():
+        if spec.get("source") in ("pretrain", "random"):
+            if "dataset" not in spec:
+                problems.append(
+                    f"backbones.{name}.dataset: required for source {spec['source']!r} (the staged dataset it is built on). "
+                    "Fix: name one of the datasets"
+                )
+            elif spec["dataset"] not in config.get("datasets", {}):
+                problems.append(f"backbones.{name}.dataset: {spec['dataset']!r} is not defined under datasets")
+        elif spec.get("source") in ("checkpoint", "python", "export") and not {"path", "sha256"} <= spec.keys():
+            problems.append(f"backbones.{name}: source {spec['source']!r} needs both `path` and `sha256`. Fix: add the missing one")
+    for name, run in config.get("runs", {}).items():
+        for key, table in (("dataset", "datasets"), ("backbone", "backbones")):
+            if key in run and run[key] not in config.get(table, {}):
+                defined = ", ".join(sorted(config.get(table, {}))) or "none"
+                problems.append(f"runs.{name}.{key}: {run[key]!r} is not defined under {table} (defined: {defined})")
+    for name, reference in config.get("references", {}).items():
+        if name in config.get("runs", {}):
+            problems.append(f"references.{name}: the id is also a run's; a reference is qualified under its own id. Fix: rename one")
+        if reference.get("dataset") not in config.get("datasets", {}):
+            defined = ", ".join(sorted(config.get("datasets", {}))) or "none"
+            problems.append(f"references.{name}.dataset: {reference.get('dataset')!r} is not defined under datasets (defined: {defined})")
+    return problems
+
+
+def _snr_points(grid: dict[str, float]) -> int:
+    """Points of a synthetic SNR grid, min to max inclusive (as staging builds it)."""
+    return math.floor((grid["max"] - grid["min"]) / grid["step"] + 0.5) + 1
+
+
+def dataset_problems(name: str, spec: dict[str, Any]) -> list[str]:
+    """Constraints between the fields of one dataset (defaults filled in)."""
+    where, problems = f"datasets.{name}", []
+    splits = spec["splits"]
+    total = splits["train"] + splits["val"] + splits["test"]
+    if abs(total - 1) > SPLIT_TOLERANCE:
+        problems.append(f"{where}.splits: train + val + test = {total:g}, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)")
+    ranges = [(f"{where}.select.snr_db", spec.get("select", {}).get("snr_db", {}))]
+    synthetic = spec.get("synthetic") if spec["source"] == "synthetic" else None
+    if synthetic is not None:
+        ranges.append((f"{where}.synthetic.snr_db", synthetic["snr_db"]))
+    for key, span in ranges:
+        if span.get("min", -math.inf) > span.get("max", math.inf):
+            problems.append(f"{key}: min {span['min']} is above max {span['max']}. Fix: make min <= max")
+    if synthetic is None:
+        return problems
+    grid = synthetic["snr_db"]
+    if grid["min"] <= grid["max"] and (points := _snr_points(grid)) > MAX_SNR_POINTS:
+        problems.append(
+            f"{where}.synthetic.snr_db.step: {grid['step']} makes {points} SNR points from {grid['min']} to {grid['max']} dB "
+            f"(at most {MAX_SNR_POINTS}). Fix: use a step >= {(grid['max'] - grid['min']) / (MAX_SNR_POINTS - 1):.6g}"
+        )
+    samples = synthetic["examples_per_class_snr"] * synthetic["length"]
+    if samples > MAX_STRATUM_SAMPLES:
+        problems.append(
+            f"{where}.synthetic.examples_per_class_snr: {synthetic['examples_per_class_snr']} x length {synthetic['length']} = "
+            f"{samples} IQ samples per (class, SNR) pair, generated in memory at once (at most {MAX_STRATUM_SAMPLES}). "
+            "Fix: lower examples_per_class_snr or length"
+        )
+    return problems
+
+
+def signal_length(spec: dict[str, Any]) -> tuple[int, str] | None:
+    """The IQ length of a dataset's examples and the key that sets it, where the config alone says it."""
+    if spec["source"] == "synthetic":
+        return spec["synthetic"]["length"], "synthetic.length"
+    if spec["source"] == "sigmf":
+        return spec["sigmf"]["window"], "sigmf.window"
+    return None
+
+
+def backbone_problems(config: dict[str, Any]) -> list[str]:
+    """A built backbone's heads divide its width, and its patch divides every signal it reads."""
+    problems = []
+    for name, spec in config["backbones"].items():
+        arch = spec.get("arch") if spec["source"] in ("pretrain", "random") else None
+        if arch is None:
+            continue
+        where = f"backbones.{name}.arch"
+        if arch["dim"] % arch["heads"]:
+            divisors = [str(d) for d in range(1, min(arch["dim"], 256) + 1) if arch["dim"] % d == 0]
+            problems.append(f"{where}.heads: {arch['heads']} does not divide dim {arch['dim']}. Fix: use one of {', '.join(divisors)}")
+        if arch["output_layers"] > arch["depth"] + 1:
+            problems.append(
+                f"{where}.output_layers: {arch['output_layers']} exceeds depth + 1 = {arch['depth'] + 1} (the embedding and "
+                f"each block). Fix: set output_layers to 1 to {arch['depth'] + 1} "
+                "(when it is not written, its default is for the default depth)"
+            )
+        readers = [spec.get("dataset")] + [run["dataset"] for run in config["runs"].values() if run["backbone"] == name]
+        for dataset in dict.fromkeys(d for d in readers if d in config["datasets"]):
+            known = signal_length(config["datasets"][dataset])
+            if known is None or known[0] % arch["patch"] == 0:
+                continue
+            length, key = known
+            wrong = "is longer than" if arch["patch"] > length else "does not divide"
+            problems.append(
+                f"{where}.patch: {arch['patch']} {wrong} the signal length {length} (datasets.{dataset}.{key}). "
+                f"Fix: use a patch that divides {length}, or change datasets.{dataset}.{key}"
+            )
+    return problems
+
+
+def _is_root(value: str, resolve: bool) -> bool:
+    path = Path(os.path.realpath(value) if resolve else os.path.normpath(value))
+    return path.is_absolute() and path.parent == path
+
+
+def path_problems(config: dict[str, Any], local_files: bool) -> list[str]:
+    """Output directories that would resolve to the filesystem root (relative ones from the working directory)."""
+    problems = []
+    for key in DIRECTORY_KEYS:
+        value = config.get(key)
+        if isinstance(value, str) and "://" not in value and _is_root(value, local_files):
+            problems.append(
+                f"{key}: {value!r} resolves to the filesystem root, so the workflow would write straight into /{ROOT_WRITES.get(key, '')}. "
+                "Fix: name a directory of its own below the root"
+            )
+    return problems
+
+
+def cross_field_errors(config: dict[str, Any]) -> list[str]:
+    """Constraints between fields, on a config whose defaults are filled in."""
+    problems = []
+    for name, spec in config["datasets"].items():
+        problems += dataset_problems(name, spec)
+    return problems + backbone_problems(config)

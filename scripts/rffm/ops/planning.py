@@ -1,0 +1,197 @@
+"""What the workflow checks while Snakemake builds its plan (before any job runs or any file is deleted), and
+what it records when it starts: each a function rules/common.smk calls in one line with Snakemake's `workflow`.
+
+A refusal is a PlanRefused (Snakemake prints its lines as they are); nothing here writes, but on_start."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from rffm import config as rffm_config
+from rffm.data import cache_plan
+from rffm.errors import PlanRefused, RffmError
+from rffm.model.usercode import user_source
+from rffm.ops.preflight import pinned_image_problem
+from rffm.ops.unlock import lock_line, record_owner
+from rffm.records import launch, ledger, plans
+from rffm.records.layout import RUNS, epochs_folder, qualification_folder
+from rffm.records.store import open_store
+
+
+def planning(workflow: Any) -> bool:
+    """Whether this Snakemake is the one planning (not a job, nor a remote executor's worker)."""
+    return workflow.is_main_process and not workflow.remote_exec
+
+
+def refused(error: RffmError) -> PlanRefused:
+    return PlanRefused(f"rffm: {error}")
+
+
+def check_config(config: dict[str, Any], workflow: Any) -> None:
+    """The one validator: readable problems, then the schema's defaults; the config files and, where jobs
+    and files are on this machine, the machine."""
+    try:
+        rffm_config.check(config, **rffm_config.snakemake_settings(workflow))
+    except RffmError as error:
+        raise refused(error) from None
+
+
+def worker_container(environ: dict[str, str] = os.environ) -> str | None:
+    """The worker image (envs/Dockerfile) every job runs in, pinned by digest (RFFM_WORKER_IMAGE), or None."""
+    from snakemake.exceptions import WorkflowError
+
+    image = environ.get("RFFM_WORKER_IMAGE") or None
+    if image and (problem := pinned_image_problem(image)):
+        raise WorkflowError(problem)
+    return f"docker://{image}" if image else None
+
+
+def results_store(workflow: Any, results: str) -> str:
+    """Where the steps keep the results store: the results tree, under the default storage prefix when one is set."""
+    from snakemake.exceptions import WorkflowError
+
+    prefix = workflow.storage_settings.default_storage_prefix
+    if "$" in (prefix or ""):  # profiles/gcp-batch reads the bucket from the environment: name a missing variable first
+        raise WorkflowError(
+            f"default-storage-prefix {prefix!r} names an environment variable that is not set. "
+            "Fix: export it (profiles/README.md, Google Cloud)."
+        )
+    return f"{prefix.rstrip('/')}/{results}" if prefix else results
+
+
+def overwritten_resources(workflow: Any, rule: str) -> dict[str, Any]:
+    """What the profile asks for a rule (set-resources), e.g. build_cache's disk on clusters."""
+    settings = workflow.resource_settings.overwrite_resources.get(rule, {})
+    return {key: getattr(value, "raw", value) for key, value in settings.items()}
+
+
+def refuse_unfit_caches(workflow: Any, config: dict[str, Any], results: str, scratch: str, disk: dict[str, Any]) -> None:
+    """Caches that cannot fit the scratch disk (or a dataset length the backbone does not take) stop the plan, -n included."""
+    if planning(workflow) and (problems := cache_plan.refusals(config, results, scratch, disk)):
+        raise PlanRefused("rffm: " + "\n  ".join(problems))
+
+
+def print_lock(workflow: Any) -> None:
+    """A lock a killed run left, on stderr (read only; Snakemake's own paragraph follows)."""
+    if planning(workflow) and not workflow.subprocess_exec and (line := lock_line(os.getcwd())):
+        print(line, file=sys.stderr)
+
+
+def user_code(backbone: dict[str, Any], name: str) -> str:
+    """import_backbone's param for `source: python`: the digest of the user's package source ("" otherwise)."""
+    if backbone["source"] != "python":
+        return ""
+    python = backbone["python"]
+    try:
+        return user_source(python["entry_point"], python.get("import_path"), f"backbones.{name}")["sha256"]
+    except RffmError as error:
+        raise refused(error) from None
+
+
+class FrozenRuns:
+    """Refuses, while the plan is built, to train or select again a run that spent its test exposure."""
+
+    def __init__(self, workflow: Any, store: str, selection_source: Callable[[str], dict[str, Any]]) -> None:
+        self.workflow, self.store, self.selection_source = workflow, store, selection_source
+        self.qualified: dict[str, list] | None = None
+
+    def runs_qualified(self) -> dict[str, list]:
+        """Runs the ledger holds an entry for (read once, by the submitting Snakemake only)."""
+        if not planning(self.workflow):
+            return {}
+        try:  # a damaged ledger entry stops the plan before any job, with the one line
+            return ledger.runs_qualified(open_store(self.store))
+        except RffmError as error:
+            raise refused(error) from None
+
+    def refuse(self, run: str) -> None:
+        """Stop when the run was qualified and its settings changed since, or its ledger entry is not the one recorded."""
+        if self.qualified is None:
+            self.qualified = self.runs_qualified()
+        if problem := ledger.frozen_run_problem(self.qualified.get(run, []), self.selection_source(run)):
+            raise PlanRefused(f"rffm: {problem}")
+        if planning(self.workflow):
+            self.refuse_changed_entry(run)
+
+    def refuse_changed_entry(self, run: str) -> None:
+        """Stop (before Snakemake deletes a forced qualify's outputs, which record the entry) when the run's ledger
+        entry is not the one its qualification recorded: deleted, edited, put back."""
+        store = open_store(self.store)
+        folder = qualification_folder(run)
+        recorded, name = ledger.recorded_link(lambda file: store.read(f"{folder}/{file}"))
+        if recorded is not None:
+            where = f"{store.where(folder)}/{name}"
+            if problem := ledger.recorded_entry_problem(store, recorded["key"], recorded, where):
+                raise PlanRefused(f"rffm: {problem}")
+
+
+def on_start(workflow: Any, config: dict[str, Any], store: str, launch_profile: str) -> None:
+    """Note this host as the lock's owner (for `rffm unlock`), record the launch profile of every run and
+    which config files (and --config values) planned it (for the everyday commands)."""
+    record_owner(os.getcwd())
+    results = open_store(store)
+    try:
+        launch.record_launch(launch_profile, workflow.basedir, results, list(config["runs"]))
+    except RffmError as error:  # before any job: stop with the one line
+        raise refused(error) from None
+    settings = workflow.config_settings
+    plans.record_plans(
+        config,
+        rffm_config.snakemake_settings(workflow)["files"],
+        dict(settings.config or {}),
+        results,
+        replaced=bool(settings.replace_workflow_config and settings.overwrite_config),
+        cwd=os.getcwd(),
+        snakefile=str(workflow.main_snakefile),
+    )
+
+
+def command_line_targets(workflow: Any) -> list[str]:
+    """The targets of the `snakemake` command line that is parsing this workflow (Snakemake hands them to the
+    workflow only after parsing it); none for a job, an API caller (rffm posttrain) or an unreadable line."""
+    if not planning(workflow):
+        return []
+    if "snakemake" not in os.path.basename(os.path.dirname(sys.argv[0]) + sys.argv[0]):
+        return []
+    try:
+        from snakemake.cli import get_argument_parser
+
+        return sorted(get_argument_parser().parse_args(sys.argv[1:]).targets or [])
+    except (SystemExit, Exception):  # whatever Snakemake's own parser makes of it, it reports itself
+        return []
+
+
+def check_targets(workflow: Any, config: dict[str, Any], results: str) -> None:
+    """One line for a target nothing here can make (a misspelt rule or run id, an epoch beyond a run's plan),
+    naming what is configured, instead of Snakemake's MissingRuleException or a plan beyond the config."""
+    runs = {**config["runs"], **config["references"]}
+    prefix = os.path.normpath(results).split("/")
+    for target in command_line_targets(workflow):
+        parts = os.path.normpath(target).split("/")
+        if workflow.is_rule(target) or (len(parts) == 1 and os.path.exists(target)):
+            continue
+        if len(parts) == 1:
+            targets = ", ".join(sorted(r.name for r in workflow.rules))
+            raise PlanRefused(
+                f"rffm: target {target!r}: the workflow has no such target. Fix: name one of its rules ({targets}) "
+                f"or a file under {results}/"
+            )
+        rest = parts[len(prefix) :] if parts[: len(prefix)] == prefix else []
+        if len(rest) < 2 or rest[0] != RUNS:
+            continue
+        if rest[1] not in runs:
+            raise PlanRefused(
+                f"rffm: target {target}: {rest[1]!r} is no configured run or reference (configured: "
+                f"{', '.join(sorted(runs)) or 'none'}). Fix: name one of them, or add the run to the config"
+            )
+        if len(rest) > 3 and "/".join(rest[:3]) == epochs_folder(rest[1]) and rest[1] in config["runs"] and rest[3].isdigit():
+            planned = config["runs"][rest[1]]["train"]["epochs"]
+            if not 1 <= int(rest[3]) <= planned:
+                raise PlanRefused(
+                    f"rffm: target {target}: runs.{rest[1]}.train.epochs plans epochs 1 to {planned}, not {rest[3]}. "
+                    f"Fix: name an epoch from 1 to {planned}, or raise runs.{rest[1]}.train.epochs (a qualified run "
+                    "is frozen: give it a new id)"
+                )

@@ -1,0 +1,56 @@
+"""The once-only qualification protocol, the same for every model kind: recall -> evaluate -> claim -> re-read -> exposure.
+
+A run's test exposure is one ledger entry (split digest, run id) in the results store. qualify_once
+recalls it when it exists (the test split is not read again; a different artifact under the same run
+is refused), else evaluates, claims the entry create-only and reads it back: every output a step
+writes comes from the entry as stored, so a recall writes the same bytes as the first qualification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rffm.records import ledger
+from rffm.records.store import Store
+
+
+def qualify_once(
+    results: Store,
+    *,
+    split_digest: str,
+    dataset: str,
+    run: str,
+    artifact_sha256: str,
+    source: dict[str, Any],
+    recorded: dict[str, str] | None,
+    recorded_in: str,
+    rule: str,
+    evaluate: Callable[[], dict[str, Any]],
+) -> dict[str, Any]:
+    """{metrics (with exposure_count), link (the ledger entry's key and sha256), recalled (where, or None)}.
+
+    `evaluate` is called only when the ledger holds no entry for this run on this split; `recorded` is
+    what an earlier qualification in the step's folder recorded of its entry (ledger.recorded_link_in).
+    """
+    key, entry = ledger.recall(results, split_digest, run, artifact_sha256, recorded, recorded_in, rule)
+    recalled = results.where(key) if entry is not None else None
+    if entry is None:
+        ledger.claim(
+            results,
+            {
+                "schema_version": ledger.SCHEMA_VERSION,
+                "split_digest": split_digest,
+                "dataset": dataset,
+                "run": run,
+                "artifact_sha256": artifact_sha256,
+                "metrics": evaluate(),
+                "selection_source": source,
+            },
+        )
+        entry = ledger.read(results, key)  # every output comes from the entry as stored
+    return {
+        "metrics": {**entry["metrics"], "exposure_count": ledger.exposure_count(results, split_digest)},
+        "link": {"key": key, "sha256": ledger.entry_digest(results, key)},
+        "recalled": recalled,
+    }
