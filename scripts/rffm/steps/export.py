@@ -36,7 +36,10 @@ RULE = "export"
 PROGRAM, ONNX, WEIGHTS, CARD = "model.pt2", "model.onnx", "weights.safetensors", "model_card.json"
 SIGNATURE = "rffm_signature.json"  # the model's own description, inside the .pt2 (torch.export.load(extra_files=...))
 ONNX_OPSET = 18
-ONNX_LOGIT_TOLERANCE = 1e-4  # max |logit difference| ONNX Runtime may show against PyTorch (FP32 kernels differ)
+# How far ONNX Runtime's logits may lie from PyTorch's (FP32 kernels differ, and the difference grows with the logits'
+# size and the backbone's depth): |onnx - rffm| <= atol + rtol * |rffm| for every logit, numpy.allclose's rule.
+# An absolute 1e-4 alone refused the default run (4400/4400 labels identical, max |difference| 6.1e-4 on logits ~10).
+ONNX_LOGIT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
 CHECK_BATCH = 256
 LAYOUT = "float32 [batch, 2, length]: I then Q samples, channels first"
 NORMALISATION = (
@@ -192,8 +195,14 @@ def agreement(reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray) 
         "examples": int(len(labels)),
         "labels_identical": int((predicted == reference.argmax(axis=1)).sum()),
         "max_abs_logit_difference": float(np.abs(candidate - reference).max()) if len(labels) else 0.0,
+        "max_abs_logit": float(np.abs(reference).max()) if len(labels) else 0.0,
         "accuracy": float((predicted == labels).mean()),
     }
+
+
+def tolerance_used(reference: np.ndarray, candidate: np.ndarray, atol: float, rtol: float) -> float:
+    """The largest share of its allowed difference (atol + rtol * |reference|) any logit uses: at most 1 passes."""
+    return float((np.abs(candidate - reference) / (atol + rtol * np.abs(reference))).max()) if reference.size else 0.0
 
 
 def check(dataset_dir: Path, module: nn.Module, program: Path, onnx_file: Path, recorded: float) -> dict[str, Any]:
@@ -210,15 +219,20 @@ def check(dataset_dir: Path, module: nn.Module, program: Path, onnx_file: Path, 
         "selection_recorded_accuracy": recorded,  # train_epoch's, from the cache: equal on CPU (a GPU cache is BF16 autocast)
         "rffm_matches_selection": recorded is not None and abs(float((reference.argmax(axis=1) == labels).mean()) - recorded) < 1e-12,
         "pt2": agreement(reference, pt2, labels),
-        "onnx": {**agreement(reference, onnx, labels), "logit_tolerance": ONNX_LOGIT_TOLERANCE},
+        "onnx": {
+            **agreement(reference, onnx, labels),
+            "logit_tolerance": ONNX_LOGIT_TOLERANCE,
+            "tolerance_used": tolerance_used(reference, onnx, **ONNX_LOGIT_TOLERANCE),
+        },
         "device": "cpu",
     }
-    for name, limit in (("pt2", None), ("onnx", ONNX_LOGIT_TOLERANCE)):
+    for name in ("pt2", "onnx"):
         found = figures[name]
-        if found["labels_identical"] != len(labels) or (limit is not None and found["max_abs_logit_difference"] > limit):
+        if found["labels_identical"] != len(labels) or found.get("tolerance_used", 0.0) > 1.0:
             raise IntegrityError(
                 f"{val}: the exported {name} program disagrees with rffm's evaluation ({found['labels_identical']} of {len(labels)} "
-                f"labels identical, max |logit difference| {found['max_abs_logit_difference']:.3g}); nothing was published. "
+                f"labels identical, max |logit difference| {found['max_abs_logit_difference']:.3g} on logits up to "
+                f"{found['max_abs_logit']:.3g}, tolerance {ONNX_LOGIT_TOLERANCE if name == 'onnx' else 'none'}); nothing was published. "
                 "Fix: report it with this line and the torch/onnxruntime versions."
             )
     return figures
