@@ -80,3 +80,11 @@ def test_a_disagreeing_export_is_refused(written: Path, tmp_path: Path):
     val_split(tmp_path / "val.h5")
     with pytest.raises(IntegrityError, match=r"the exported pt2 program disagrees with rffm's evaluation \(\d+ of 40 labels identical"):
         export.check(tmp_path, classifier(1), written / export.PROGRAM, written / export.ONNX, recorded=None)
+
+
+def test_the_onnx_tolerance_scales_with_each_examples_logits():
+    reference = np.array([[18.0, 1.9, -3.0], [0.01, -0.02, 0.0]], dtype=np.float32)
+    near = reference + np.array([[6e-4, 6e-4, 0.0], [0.0, 5e-5, 0.0]], dtype=np.float32)  # the default run's case
+    assert export.tolerance_used(reference, near, **export.ONNX_LOGIT_TOLERANCE) < 1.0
+    far = reference + np.array([[0.0, 0.0, 0.0], [3e-4, 0.0, 0.0]], dtype=np.float32)  # small logits: atol rules
+    assert export.tolerance_used(reference, far, **export.ONNX_LOGIT_TOLERANCE) > 1.0

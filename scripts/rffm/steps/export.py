@@ -36,9 +36,10 @@ RULE = "export"
 PROGRAM, ONNX, WEIGHTS, CARD = "model.pt2", "model.onnx", "weights.safetensors", "model_card.json"
 SIGNATURE = "rffm_signature.json"  # the model's own description, inside the .pt2 (torch.export.load(extra_files=...))
 ONNX_OPSET = 18
-# How far ONNX Runtime's logits may lie from PyTorch's (FP32 kernels differ, and the difference grows with the logits'
-# size and the backbone's depth): |onnx - rffm| <= atol + rtol * |rffm| for every logit, numpy.allclose's rule.
-# An absolute 1e-4 alone refused the default run (4400/4400 labels identical, max |difference| 6.1e-4 on logits ~10).
+# How far ONNX Runtime's logits may lie from PyTorch's: FP32 kernels differ, by an amount that scales with the example's
+# logits as a whole (not with each logit: a logit near 0 shares the rounding of its large neighbours), so for every
+# logit |onnx - rffm| <= atol + rtol * (the example's largest |rffm logit|). An absolute 1e-4 alone refused the default
+# run (4400/4400 labels identical, max |difference| 6.1e-4 on a logit of 1.9 in an example whose logits reach 18.6).
 ONNX_LOGIT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
 CHECK_BATCH = 256
 LAYOUT = "float32 [batch, 2, length]: I then Q samples, channels first"
@@ -201,8 +202,11 @@ def agreement(reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray) 
 
 
 def tolerance_used(reference: np.ndarray, candidate: np.ndarray, atol: float, rtol: float) -> float:
-    """The largest share of its allowed difference (atol + rtol * |reference|) any logit uses: at most 1 passes."""
-    return float((np.abs(candidate - reference) / (atol + rtol * np.abs(reference))).max()) if reference.size else 0.0
+    """The largest share of its allowed difference (atol + rtol * its example's largest |logit|) any logit uses: <= 1 passes."""
+    if not reference.size:
+        return 0.0
+    allowed = atol + rtol * np.abs(reference).max(axis=1, keepdims=True)
+    return float((np.abs(candidate - reference) / allowed).max())
 
 
 def check(dataset_dir: Path, module: nn.Module, program: Path, onnx_file: Path, recorded: float) -> dict[str, Any]:
