@@ -225,6 +225,7 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
 SHARED_CLUSTER_MODULES = {"test_slurm", "test_slurm_guarantees"}  # one local SLURM cluster per machine at a time
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which turns the marks into the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Keep each test module on one worker (its module fixtures are built once) and the SLURM modules on the same one."""
     for item in items:
