@@ -105,9 +105,10 @@ run: setup
 example-weights: setup
 	$(BIN)/python config/examples/models/make_weights.py
 
-# Tests run on TEST_WORKERS processes (pytest-xdist), each test module on one of them; TEST_WORKERS=0 runs them in this one.
+# Tests run on TEST_WORKERS processes (pytest-xdist), each test module on one of them (its module fixtures are built
+# once); TEST_WORKERS=0 runs them in this one. The SLURM modules share one local cluster through a lock file.
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: setup
 	RFFM_WORKER_IMAGE=$${RFFM_WORKER_IMAGE:-example.invalid/rffm/worker@sha256:$$(printf '0%.0s' $$(seq 64))} $(BIN)/snakemake --lint

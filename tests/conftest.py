@@ -219,15 +219,3 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     finally:
         subprocess.run(["umount", str(target)], check=True)
 
-
-# ---- parallel runs (pytest-xdist; `make test` runs -n $(TEST_WORKERS) --dist loadgroup) ----
-
-SHARED_CLUSTER_MODULES = {"test_slurm", "test_slurm_guarantees"}  # one local SLURM cluster per machine at a time
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which turns the marks into the groups
-def pytest_collection_modifyitems(config, items) -> None:
-    """Keep each test module on one worker (its module fixtures are built once) and the SLURM modules on the same one."""
-    for item in items:
-        module = item.path.stem
-        item.add_marker(pytest.mark.xdist_group("slurm" if module in SHARED_CLUSTER_MODULES else module))

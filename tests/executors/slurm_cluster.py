@@ -24,7 +24,7 @@ MARKER = "# written by rffm tests/slurm_cluster.py"
 LOCK_FILE = Path(tempfile.gettempdir()) / "rffm-slurm-test.lock"
 COMMANDS = ("munged", "mungekey", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "srun", "scontrol", "sinfo", "scancel")
 PACKAGES = "slurmctld slurmd slurm-client munge"
-LOCK_TIMEOUT = 600
+LOCK_TIMEOUT = 1800  # the other SLURM module may hold the cluster that long on a loaded machine (two test workers)
 MIN_MEMORY_MB = 65536  # declared node memory (config_overrides): profiles/slurm asks up to 32 GB per job
 
 
