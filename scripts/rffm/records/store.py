@@ -15,9 +15,10 @@ import fcntl
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
-from rffm.errors import ConfigError
-from rffm.records.files import atomic_write_bytes
+from rffm.errors import ConfigError, IntegrityError
+from rffm.records.files import atomic_write_bytes, sha256_bytes
 from rffm.records.layout import profiling_folder
 
 
@@ -220,6 +221,14 @@ def given_store(store: Store | str | Path | None, rule: str) -> Store:
     if not store:
         raise ConfigError(f"{rule}: no results store given. Fix: pass --store DIR|gs://bucket/prefix (the rule passes the configured one)")
     return open_store(store)
+
+
+def create_addressed(store: Store, key: str, data: bytes, what: str) -> dict[str, Any]:
+    """Create `key` (named by the sha256 of `data`) create-only; a key already there must hold those bytes: {key, bytes, sha256}."""
+    digest = sha256_bytes(data)
+    if not store.create(key, data) and sha256_bytes(store.read(key) or b"") != digest:
+        raise IntegrityError(f"{store.where(key)}: does not hold the {what} its name promises. Fix: move it aside.")
+    return {"key": key, "bytes": len(data), "sha256": digest}
 
 
 def publish_trace(store: Store, run: str, trace: Path) -> str:

@@ -29,7 +29,7 @@ from rffm.model.head import AttentionPoolHead
 from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, export_name, split_file
 from rffm.records.step import Step
-from rffm.records.store import Store, open_store
+from rffm.records.store import Store, create_addressed, open_store
 from rffm.training.artifact import load_head as load_artifact
 
 RULE = "export"
@@ -247,11 +247,7 @@ def publish(results: Store, out_dir: Path, names: list[str]) -> dict[str, dict[s
     published = {}
     for name in names:
         data = (out_dir / name).read_bytes()
-        digest = sha256_bytes(data)
-        key = export_name(digest, Path(name).suffix)
-        if not results.create(key, data) and sha256_bytes(results.read(key) or b"") != digest:
-            raise IntegrityError(f"{results.where(key)}: does not hold the file its name promises. Fix: move it aside.")
-        published[name] = {"key": key, "bytes": len(data), "sha256": digest}
+        published[name] = create_addressed(results, export_name(sha256_bytes(data), Path(name).suffix), data, "file")
     return published
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from rffm.errors import ConfigError, IntegrityError
 from rffm.records.files import sha256_bytes
 from rffm.records.layout import ARTIFACTS, artifact_name
-from rffm.records.store import Store
+from rffm.records.store import Store, create_addressed
 
 RULE_TEXT = "best value of the metric; ties go to the earliest epoch"
 SWEEP_RULE_TEXT = "best value of the metric over every (member, epoch); ties go to the earliest epoch, then the first member in grid order"
@@ -61,8 +61,4 @@ def publish_artifact(results: Store, weights: dict[str, Any]) -> dict[str, Any]:
     buffer = io.BytesIO()
     torch.save(weights, buffer)
     blob = buffer.getvalue()
-    digest = sha256_bytes(blob)
-    artifact = f"{ARTIFACTS}/{artifact_name(digest)}"
-    if not results.create(artifact, blob) and sha256_bytes(results.read(artifact) or b"") != digest:
-        raise IntegrityError(f"{results.where(artifact)}: does not hold the artifact its name promises. Fix: move it aside.")
-    return {"key": artifact, "bytes": len(blob), "sha256": digest}
+    return create_addressed(results, f"{ARTIFACTS}/{artifact_name(sha256_bytes(blob))}", blob, "artifact")
