@@ -29,7 +29,7 @@ from rffm.model.head import AttentionPoolHead
 from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
 from rffm.records.layout import SENTINEL_NAME, export_name, split_file
 from rffm.records.step import Step
-from rffm.records.store import Store, create_addressed, open_store
+from rffm.records.store import Store, create_addressed, given_store
 from rffm.training.artifact import load_head as load_artifact
 
 RULE = "export"
@@ -267,7 +267,7 @@ def run(
     params = {"onnx_opset": ONNX_OPSET, "onnx_logit_tolerance": ONNX_LOGIT_TOLERANCE}
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
         out_dir = step.out_dir
-        results = open_store(store or out_dir.parents[2])
+        results = given_store(store, RULE)
         qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, ["run_manifest.json"])
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
