@@ -63,7 +63,7 @@ def slurm_jobs() -> dict[str, tuple[str, str]]:
 def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, finished_workdir: Path):
     config = tiny_config()
     write_config(fresh_workdir, config)
-    snakemake(fresh_workdir, "--profile", str(PROFILE), *FAST_POLLING, timeout=420)
+    snakemake(fresh_workdir, "--profile", str(PROFILE), *FAST_POLLING, timeout=900)
 
     jobs = slurm_jobs()
     assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
