@@ -170,7 +170,7 @@ def fresh_workdir(tmp_path: Path) -> Path:
     return workdir
 
 
-def wait_for(path: Path, timeout: float = 600) -> None:
+def wait_for(path: Path, timeout: float = 1200) -> None:
     """Wait until a file exists."""
     deadline = time.monotonic() + timeout
     while not path.exists():

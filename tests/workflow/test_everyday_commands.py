@@ -24,7 +24,7 @@ def test_status_piped_into_head_ends_quietly(workdir: Path):
     for number in range(2500):  # runs that have not started yet: one table row each
         (runs / f"pending-{number:04d}").mkdir()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    table = subprocess.run(["rffm", "status", "results"], cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    table = subprocess.run(["rffm", "status", "results"], cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     assert table.returncode == 0 and len(table.stdout) > 4 * PIPE_CAPACITY, "the table must outgrow the pipe"
     piped = subprocess.run(
         ["bash", "-c", 'rffm status results | head -1; echo "rffm exit status: ${PIPESTATUS[0]}"'],
@@ -32,7 +32,7 @@ def test_status_piped_into_head_ends_quietly(workdir: Path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert piped.stdout.splitlines() == [table.stdout.splitlines()[0], "rffm exit status: 0"]
     assert piped.stderr == "", piped.stderr
