@@ -1,5 +1,5 @@
 """The pipeline's steps, one row each: the rule, its code, its `rffm <rule>` options and its part in the
-ledger's policy. Every list of steps (the workflow's code digests, the ledger's, the CLI's verbs) comes from here."""
+ledger's policy. Every list of steps (the workflow's code digests, the ledger's, the CLI's verbs, the manifest's) comes from here."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class Step:
     reference: bool = False  # its code decides an end-to-end reference's selected artifact
     backbone_sources: tuple[str, ...] = ()  # the backbone sources it builds (one such step per backbone)
     prints: tuple[str, str] = ()  # (what, file): a file beside its sentinel it names when done
+    passed_as: str = ""  # the option a qualify rule is handed its folder by (a manifest step: selection or reference)
 
     @property
     def module(self) -> str:
@@ -38,6 +39,7 @@ STEPS = (
         "datasets",
         selection=True,
         reference=True,
+        passed_as="--dataset-dir",
     ),
     Step(
         "pretrain_backbone",
@@ -47,6 +49,7 @@ STEPS = (
         torch=True,
         selection=True,
         backbone_sources=("pretrain", "random"),
+        passed_as="--backbone-dir",
     ),
     Step(
         "import_backbone",
@@ -55,6 +58,7 @@ STEPS = (
         "backbones",
         selection=True,
         backbone_sources=("checkpoint", "python", "export"),
+        passed_as="--backbone-dir",
     ),
     Step(
         "build_cache",
@@ -62,6 +66,7 @@ STEPS = (
         ("--dataset-dir", "--backbone-dir", "--out-dir", *CACHE, "--profile-runs", "--profile-batches", "--encoder"),
         torch=True,
         selection=True,
+        passed_as="--cache-record-dir",
     ),
     Step(
         "train_epoch",
@@ -70,6 +75,7 @@ STEPS = (
         "runs",
         torch=True,
         selection=True,
+        passed_as="--epoch-dirs",
     ),
     Step(
         "select_checkpoint",
@@ -77,6 +83,7 @@ STEPS = (
         ("--epoch-dirs", "--store", "--out-dir"),
         "runs",
         selection=True,
+        passed_as="--selection-dir",
     ),
     Step(
         "qualify",
@@ -105,6 +112,7 @@ STEPS = (
         "references",
         torch=True,
         reference=True,
+        passed_as="--selection-dir",
     ),
     Step(
         "qualify_reference",

@@ -92,7 +92,8 @@ def run(
         title = f"{run_name}: test accuracy {metrics['accuracy']:.3f}"
         plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", title, metrics.get("accuracy_by_class_and_snr"))
         plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{run_name}: normalized confusion (test)")
-        steps = manifest.collect_steps(dataset_dir, backbone_dir, Path(cache_record_dir), epoch_dirs, selection_dir)
+        consumed = {"--dataset-dir": dataset_dir, "--backbone-dir": backbone_dir, "--cache-record-dir": cache_record_dir}
+        steps = manifest.collect_steps(manifest.FROZEN_BACKBONE, {**consumed, "--epoch-dirs": epoch_dirs, "--selection-dir": selection_dir})
         step.device = device
         steps[RULE] = step.provenance_record()
         launch_record = launch.recorded(results, run_name, launch_profile)

@@ -66,7 +66,7 @@ def run(
         plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", f"{name} (end-to-end CNN): test accuracy {metrics['accuracy']:.3f}")
         plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{name}: normalized confusion (test)")
         step.device = "cpu"
-        steps = {"stage_dataset": manifest.step_provenance(dataset_dir), "train_reference": manifest.step_provenance(selection_dir)}
+        steps = manifest.collect_steps(manifest.END_TO_END, {"--dataset-dir": dataset_dir, "--selection-dir": selection_dir})
         steps[RULE] = step.provenance_record()
         body = manifest.build(manifest.END_TO_END, spec, dataset, selection, qualified, steps, model=blob["cnn_config"])
         atomic_write_json(out_dir / "run_manifest.json", body)
