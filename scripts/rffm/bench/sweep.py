@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rffm.bench.cache import ARCH, prepare
+from rffm.bench.cache_measures import ARCH, prepare
 from rffm.config import entry_defaults
 from rffm.records.files import read_json
 from rffm.records.layout import cache_folder, epoch_folder, epochs_folder
