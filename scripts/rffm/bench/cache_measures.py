@@ -24,7 +24,7 @@ from rffm.data.cache_reader import prefetched
 from rffm.model import encoder as encoders
 from rffm.model.taps import keep_options
 from rffm.records.files import read_json
-from rffm.records.layout import CACHED_SPLITS
+from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME
 from rffm.runtime import batching
 from rffm.runtime.profiling import PhaseTimes
 from rffm.steps import build_cache as build_cache_step
@@ -54,7 +54,7 @@ def prepare(work: Path, samples: int, arch: dict[str, int] = ARCH, user: dict[st
 
 def load_encoder(backbone_dir: Path, spec: dict[str, Any], device: torch.device) -> encoders.Encoder:
     """The bench backbone behind its adapter and taps, as build_cache and qualify run it."""
-    record = read_json(backbone_dir / "sentinel.json")["backbone"]
+    record = read_json(backbone_dir / SENTINEL_NAME)["backbone"]
     return encoders.load(record, backbone_dir / "backbone.pt", spec, "backbones.bench", device)
 
 

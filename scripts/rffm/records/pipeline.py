@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rffm.records.layout import MANIFEST_NAME
+
 
 @dataclass(frozen=True)
 class Step:
@@ -91,7 +93,7 @@ STEPS = (
         ("--selection-dir", *DIRS, "--epoch-dirs", "--source", "--launch-profile", *BACKBONE_PASS, "--store", "--out-dir"),
         "runs",
         torch=True,
-        prints=("run manifest", "run_manifest.json"),
+        prints=("run manifest", MANIFEST_NAME),
     ),
     Step(
         "plot_training",
@@ -120,7 +122,7 @@ STEPS = (
         ("--selection-dir", "--dataset-dir", "--source", "--store", "--out-dir"),
         "references",
         torch=True,
-        prints=("run manifest", "run_manifest.json"),
+        prints=("run manifest", MANIFEST_NAME),
     ),
     Step(
         "plot_comparison",

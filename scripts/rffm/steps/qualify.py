@@ -13,7 +13,7 @@ from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.records import launch, ledger, manifest
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest
 from rffm.records.step import Step
 from rffm.records.store import given_store
@@ -23,7 +23,7 @@ from rffm.training.evaluation import predict_heads, qualification_metrics
 from rffm.training.qualification import qualify_once
 
 RULE = "qualify"
-OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
+OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", MANIFEST_NAME)
 
 
 def run(
@@ -108,11 +108,11 @@ def run(
             epoch_dirs=epoch_dirs,
             launch_record=launch_record,
         )
-        atomic_write_json(out_dir / "run_manifest.json", body)
+        atomic_write_json(out_dir / MANIFEST_NAME, body)
         for name in OUTPUTS[:-1]:
             step.output(name)
         # the manifest's provenance names hosts and job ids; the sentinel vouches for the rest of it
-        step.output("run_manifest.json", json_record(out_dir / "run_manifest.json", ["provenance"]))
+        step.output(MANIFEST_NAME, json_record(out_dir / MANIFEST_NAME, ["provenance"]))
         summary = {name: metrics[name] for name in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
         step.facts.update({"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": summary})
         step.facts["ledger_entry"] = qualified["link"]
