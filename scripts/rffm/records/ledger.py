@@ -205,7 +205,7 @@ def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> 
         "runs": {run: {key: value for key, value in spec.items() if key != "profiling"}},
         "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},
         "backbones": {spec["backbone"]: backbone},
-        "code": {rule: code[rule] for rule in SELECTION_STEPS if rule in ("stage_dataset", made_by) or rule not in BACKBONE_STEPS},
+        "code": {rule: code[rule] for rule in SELECTION_STEPS if rule == made_by or rule not in BACKBONE_STEPS},
     }
 
 
