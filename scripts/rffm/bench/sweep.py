@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rffm.bench.cache import ARCH, prepare
+from rffm.bench.cache_measures import ARCH, prepare
 from rffm.config import entry_defaults
 from rffm.records.files import read_json
-from rffm.records.layout import cache_folder, epoch_folder, epochs_folder
+from rffm.records.layout import PROVENANCE_NAME, cache_folder, epoch_folder, epochs_folder
 from rffm.steps import build_cache as build_cache_step
 from rffm.training import sweep
 
@@ -53,7 +53,7 @@ def epoch_job(spec: dict[str, Any], record: Path, epoch: int, results: Path, scr
 
 
 def bytes_read(out: Path, epochs: int) -> int:
-    return sum(read_json(out / str(e) / "provenance.json")["cache_bytes_read"] for e in range(1, epochs + 1))
+    return sum(read_json(out / str(e) / PROVENANCE_NAME)["cache_bytes_read"] for e in range(1, epochs + 1))
 
 
 def main(samples: int, epochs: int, work_dir: str | None, threads: int, device: str, grid: list | None = None) -> int:

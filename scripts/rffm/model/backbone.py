@@ -173,12 +173,16 @@ def build(arch: BackboneArch, seed: int) -> IQPatchTransformer:
 
 def fingerprint(arch: BackboneArch, state: dict[str, torch.Tensor]) -> str:
     """sha256 of the architecture and the weights (names, dtypes, shapes, bytes)."""
-    digest = hashlib.sha256(canonical_json(asdict(arch)).encode())
+    return hash_tensors(hashlib.sha256(canonical_json(asdict(arch)).encode()), state).hexdigest()
+
+
+def hash_tensors(digest: Any, state: dict[str, torch.Tensor]) -> Any:
+    """`digest` (a hashlib object) updated with a state_dict's names, dtypes, shapes and bytes, in name order."""
     for name in sorted(state):
         tensor = state[name].detach().cpu().contiguous()
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
         digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
+    return digest
 
 
 def save(path: str | Path, model: IQPatchTransformer, info: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from rffm.errors import ConfigError, IntegrityError
+from rffm.model.backbone import hash_tensors
 from rffm.model.usercode import split_entry_point, user_source
 from rffm.records.files import sha256_file, sha256_json
 
@@ -129,12 +130,7 @@ def load_state(model: nn.Module, state: dict[str, torch.Tensor], strict: bool, w
 
 def tensors_digest(state: dict[str, torch.Tensor]) -> str:
     """sha256 of a state_dict's names, dtypes, shapes and bytes (independent of the file format)."""
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
+    return hash_tensors(hashlib.sha256(), state).hexdigest()
 
 
 def python_fingerprint(python: dict[str, Any], weights: str, source: str) -> str:

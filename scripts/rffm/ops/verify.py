@@ -19,17 +19,15 @@ from rffm.records import launch, ledger, memo, provenance
 from rffm.records.files import sha256_file
 from rffm.records.layout import (
     ARTIFACTS,
-    BACKBONES,
     CACHES,
-    DATASETS,
     EXPORTS,
     KEPT,
     MEMO,
     PROVENANCE_NAME,
-    RUNS,
     SENTINEL_NAME,
     launch_folder,
     planned_steps,
+    results_root,
 )
 from rffm.records.plans import Judgment, plan_problems
 from rffm.records.rebuild import rebuild_command
@@ -61,7 +59,7 @@ def step_problems(sentinel_path: Path) -> list[str]:
         record = provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
         named = {problem.split(": ")[0] for problem in problems}  # every problem starts with the file it names
         partial = [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
-        restored = memo.restored_problems(sentinel_path.parent, record, results_root(sentinel_path))  # its memo entry's bytes
+        restored = memo.restored_problems(sentinel_path.parent, record, tree_of(sentinel_path))  # its memo entry's bytes
         return problems + partial + stored_problems(sentinel_path, body) + restored
     except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
         return [str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"]
@@ -69,7 +67,7 @@ def step_problems(sentinel_path: Path) -> list[str]:
 
 def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
     """The records a sentinel names in the results store: the selected artifact, the ledger entry."""
-    results = results_root(sentinel_path)
+    results = tree_of(sentinel_path)
     problems = []
     for key, what in (("artifact", "the selected artifact"), ("ledger_entry", "the ledger entry of this qualification")):
         if isinstance(body.get(key), dict):
@@ -87,13 +85,10 @@ def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
     return problems
 
 
-def results_root(sentinel_path: Path) -> Path:
-    """The results tree a step folder belongs to (datasets/x, caches/x: two up; runs/r/a[/b]: up to runs' parent)."""
+def tree_of(sentinel_path: Path) -> Path:
+    """The results tree a sentinel's step folder belongs to (rffm.records.layout; outside one: its folder's parent)."""
     path = sentinel_path.parent.resolve()
-    for parent in path.parents:
-        if parent.name in (RUNS, DATASETS, BACKBONES, CACHES):
-            return parent.parent
-    return path.parent
+    return results_root(path) or path.parent
 
 
 def ledger_problems(results: Path) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 SENTINEL_NAME = "sentinel.json"
 PROVENANCE_NAME = "provenance.json"
 SPLITS = ("train", "val", "test")
@@ -101,6 +103,16 @@ def log_file(rule: str, name: str = "") -> str:
     return f"logs/{rule}/{name}.log" if name else f"logs/{rule}.log"
 
 
+def results_root(folder: Path) -> Path | None:
+    """The results tree a step folder (as given: absolute or resolved) lies in; None outside any results tree.
+
+    The parent of its datasets/, backbones/, caches/ or runs/ folder (runs/<run>/report/<part> included);
+    of report/comparison, the parent of report/."""
+    if folder.as_posix().endswith(f"/{COMPARISON_FOLDER}"):
+        return folder.parent.parent
+    return next((parent.parent for parent in folder.parents if parent.name in (RUNS, DATASETS, BACKBONES, CACHES)), None)
+
+
 def root_of(path: str, folder: str) -> str:
     """The results root a step folder (relative to results) lies in, from that folder's path as a job sees it."""
     path = path.rstrip("/")
@@ -131,7 +143,6 @@ MEMO = "memo"  # completed epochs, by identity (records/memo.py)
 TENSORBOARD = "tensorboard"  # `rffm tensorboard`'s default event-log folder
 # Folders of the results store that hold records, never rule outputs: kept whatever the config says.
 KEPT = (LEDGER, ARTIFACTS, MEMO, EXPORTS)
-STEP_ROOTS = (RUNS, DATASETS, BACKBONES, CACHES, REPORT)  # the folders step folders lie under
 
 
 def planned_steps(config: dict) -> set[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from rffm.errors import ExposureError, IntegrityError
 from rffm.records.files import canonical_json, remove_dead_temporaries, sha256_bytes, sha256_json
-from rffm.records.layout import LEDGER
+from rffm.records.layout import LEDGER, MANIFEST_NAME, SENTINEL_NAME
 from rffm.records.pipeline import BACKBONE_STEPS, REFERENCE_STEPS, SELECTION_STEPS, backbone_step
 from rffm.records.store import Store
 
@@ -144,11 +144,11 @@ def recorded_link(read: Callable[[str], bytes | None]) -> tuple[dict[str, str] |
     """The ledger entry (key, sha256) a run's qualification recorded, and which file records it: its sentinel when
     that is intact, else its manifest; (None, None) when neither holds one. `read(name)` gives a file of the
     qualification folder (None when missing)."""
-    for name, where in (("sentinel.json", ("ledger_entry",)), ("run_manifest.json", ("qualification", "ledger_entry"))):
+    for name, where in ((SENTINEL_NAME, ("ledger_entry",)), (MANIFEST_NAME, ("qualification", "ledger_entry"))):
         try:
             data = read(name)
             body = json.loads(data) if data is not None else None
-            if name == "sentinel.json" and body is not None:
+            if name == SENTINEL_NAME and body is not None:
                 body = body if sha256_json({k: v for k, v in body.items() if k != "self_sha256"}) == body["self_sha256"] else None
             for key in where:
                 body = body[key]
@@ -205,7 +205,7 @@ def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> 
         "runs": {run: {key: value for key, value in spec.items() if key != "profiling"}},
         "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},
         "backbones": {spec["backbone"]: backbone},
-        "code": {rule: code[rule] for rule in SELECTION_STEPS if rule in ("stage_dataset", made_by) or rule not in BACKBONE_STEPS},
+        "code": {rule: code[rule] for rule in SELECTION_STEPS if rule == made_by or rule not in BACKBONE_STEPS},
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from rffm.records import provenance
 from rffm.records.files import sha256_json
 from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.pipeline import BY_RULE, REFERENCE_STEPS, SELECTION_STEPS
 from rffm.records.sentinel import epoch_metrics, read_sentinel, record_digest
 
 SCHEMA_VERSION = 1
@@ -24,17 +25,23 @@ def step_provenance(directory: Path) -> dict[str, Any]:
     return provenance.read(Path(directory) / PROVENANCE_NAME, Path(directory) / SENTINEL_NAME)
 
 
-def collect_steps(dataset_dir: Path, backbone_dir: Path, cache_record_dir: Path, epoch_dirs: list, selection_dir: Path) -> dict[str, Any]:
-    """Per-rule provenance records of the steps this run consumed."""
-    epochs = [step_provenance(Path(d)) for d in epoch_dirs]
-    backbone_record = step_provenance(backbone_dir)
-    return {
-        "stage_dataset": step_provenance(dataset_dir),
-        backbone_record.get("rule", "pretrain_backbone"): backbone_record,
-        "build_cache": step_provenance(cache_record_dir),
-        "train_epoch": {**(epochs[-1] if epochs else {}), "jobs": epochs},
-        "select_checkpoint": step_provenance(selection_dir),
-    }
+def collect_steps(kind: str, folders: dict[str, Any]) -> dict[str, Any]:
+    """Per-rule provenance records of the steps a run of `kind` consumed: the pipeline table's steps whose code decides
+    its artifact, each read from `folders[<the option its row is passed_as>]` (a list of folders: every job's)."""
+    rules = MANIFEST_STEPS[kind]
+    out, read = {}, set()
+    for rule in rules:
+        option = BY_RULE[rule].passed_as
+        if option in read:  # one folder that either of two rules builds (the backbone's): its record names which
+            continue
+        read.add(option)
+        if isinstance(folders[option], (list, tuple)):
+            jobs = [step_provenance(Path(d)) for d in folders[option]]
+            out[rule] = {**(jobs[-1] if jobs else {}), "jobs": jobs}
+        else:
+            record = step_provenance(Path(folders[option]))
+            out[record.get("rule", rule)] = record
+    return out
 
 
 def source_revision(workflow_dir: str | Path | None) -> dict[str, Any]:
@@ -67,6 +74,7 @@ def versions() -> dict[str, str | None]:
 FROZEN_BACKBONE = "frozen_backbone"  # a head trained on a frozen backbone's cached hidden states (qualify)
 END_TO_END = "end_to_end"  # a reference model trained from IQ end to end (qualify_reference)
 KINDS = (FROZEN_BACKBONE, END_TO_END)
+MANIFEST_STEPS = {FROZEN_BACKBONE: SELECTION_STEPS, END_TO_END: REFERENCE_STEPS}  # the ledger's policy, a kind's steps
 
 
 def build(

@@ -1,9 +1,11 @@
 """The pipeline's steps, one row each: the rule, its code, its `rffm <rule>` options and its part in the
-ledger's policy. Every list of steps (the workflow's code digests, the ledger's, the CLI's verbs) comes from here."""
+ledger's policy. Every list of steps (the workflow's code digests, the ledger's, the CLI's verbs, the manifest's) comes from here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from rffm.records.layout import MANIFEST_NAME
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,7 @@ class Step:
     reference: bool = False  # its code decides an end-to-end reference's selected artifact
     backbone_sources: tuple[str, ...] = ()  # the backbone sources it builds (one such step per backbone)
     prints: tuple[str, str] = ()  # (what, file): a file beside its sentinel it names when done
+    passed_as: str = ""  # the option a qualify rule is handed its folder by (a manifest step: selection or reference)
 
     @property
     def module(self) -> str:
@@ -38,6 +41,7 @@ STEPS = (
         "datasets",
         selection=True,
         reference=True,
+        passed_as="--dataset-dir",
     ),
     Step(
         "pretrain_backbone",
@@ -47,6 +51,7 @@ STEPS = (
         torch=True,
         selection=True,
         backbone_sources=("pretrain", "random"),
+        passed_as="--backbone-dir",
     ),
     Step(
         "import_backbone",
@@ -55,6 +60,7 @@ STEPS = (
         "backbones",
         selection=True,
         backbone_sources=("checkpoint", "python", "export"),
+        passed_as="--backbone-dir",
     ),
     Step(
         "build_cache",
@@ -62,6 +68,7 @@ STEPS = (
         ("--dataset-dir", "--backbone-dir", "--out-dir", *CACHE, "--profile-runs", "--profile-batches", "--encoder"),
         torch=True,
         selection=True,
+        passed_as="--cache-record-dir",
     ),
     Step(
         "train_epoch",
@@ -70,6 +77,7 @@ STEPS = (
         "runs",
         torch=True,
         selection=True,
+        passed_as="--epoch-dirs",
     ),
     Step(
         "select_checkpoint",
@@ -77,6 +85,7 @@ STEPS = (
         ("--epoch-dirs", "--store", "--out-dir"),
         "runs",
         selection=True,
+        passed_as="--selection-dir",
     ),
     Step(
         "qualify",
@@ -84,7 +93,7 @@ STEPS = (
         ("--selection-dir", *DIRS, "--epoch-dirs", "--source", "--launch-profile", *BACKBONE_PASS, "--store", "--out-dir"),
         "runs",
         torch=True,
-        prints=("run manifest", "run_manifest.json"),
+        prints=("run manifest", MANIFEST_NAME),
     ),
     Step(
         "plot_training",
@@ -105,6 +114,7 @@ STEPS = (
         "references",
         torch=True,
         reference=True,
+        passed_as="--selection-dir",
     ),
     Step(
         "qualify_reference",
@@ -112,7 +122,7 @@ STEPS = (
         ("--selection-dir", "--dataset-dir", "--source", "--store", "--out-dir"),
         "references",
         torch=True,
-        prints=("run manifest", "run_manifest.json"),
+        prints=("run manifest", MANIFEST_NAME),
     ),
     Step(
         "plot_comparison",

@@ -15,20 +15,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from rffm.records.layout import RUNS, SENTINEL_NAME, STEP_ROOTS, planned_steps
+from rffm.records.layout import RUNS, SENTINEL_NAME, planned_steps, results_root
 from rffm.records.plans import latest, run_folders
 from rffm.records.store import PosixStore
 
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's own configfile
 DEFAULT_SNAKEFILE = "workflow/Snakefile"  # where Snakemake looks from the working directory
-
-
-def results_root(folder: Path) -> Path | None:
-    """The results tree a step folder lies in (the parent of its runs/, datasets/, ... folder)."""
-    for parent in folder.parents:
-        if parent.name in STEP_ROOTS:
-            return parent.parent
-    return None
 
 
 def plan_record(results: Path, folder: str) -> dict[str, Any] | None:

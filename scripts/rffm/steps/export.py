@@ -27,7 +27,7 @@ from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.model.head import AttentionPoolHead
 from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
-from rffm.records.layout import SENTINEL_NAME, export_name, split_file
+from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, export_name, split_file
 from rffm.records.step import Step
 from rffm.records.store import Store, create_addressed, given_store
 from rffm.training.artifact import load_head as load_artifact
@@ -268,7 +268,7 @@ def run(
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
         out_dir = step.out_dir
         results = given_store(store, RULE)
-        qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, ["run_manifest.json"])
+        qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, [MANIFEST_NAME])
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])["dataset"]  # never the test split
@@ -292,7 +292,7 @@ def run(
         # one metadata key: safetensors keeps metadata in a hash map, so several keys come out in a per-process order
         tags = {"rffm": canonical_json({"format": signature["format"], "classes": blob["classes"]})}
         atomic_write_bytes(out_dir / WEIGHTS, weights_bytes(module, tags))
-        recorded = recorded_val_accuracy(qualification_dir / "run_manifest.json", selection["epoch"])
+        recorded = recorded_val_accuracy(qualification_dir / MANIFEST_NAME, selection["epoch"])
         figures = check(dataset_dir, module, out_dir / PROGRAM, out_dir / ONNX, recorded)
         files = publish(results, out_dir, [PROGRAM, ONNX, WEIGHTS])
         card = {

@@ -13,7 +13,7 @@ from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.records import launch, ledger, manifest
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, split_file
 from rffm.records.sentinel import json_record, record_digest
 from rffm.records.step import Step
 from rffm.records.store import given_store
@@ -23,7 +23,7 @@ from rffm.training.evaluation import predict_heads, qualification_metrics
 from rffm.training.qualification import qualify_once
 
 RULE = "qualify"
-OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", "run_manifest.json")
+OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", MANIFEST_NAME)
 
 
 def run(
@@ -92,7 +92,8 @@ def run(
         title = f"{run_name}: test accuracy {metrics['accuracy']:.3f}"
         plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", title, metrics.get("accuracy_by_class_and_snr"))
         plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{run_name}: normalized confusion (test)")
-        steps = manifest.collect_steps(dataset_dir, backbone_dir, Path(cache_record_dir), epoch_dirs, selection_dir)
+        consumed = {"--dataset-dir": dataset_dir, "--backbone-dir": backbone_dir, "--cache-record-dir": cache_record_dir}
+        steps = manifest.collect_steps(manifest.FROZEN_BACKBONE, {**consumed, "--epoch-dirs": epoch_dirs, "--selection-dir": selection_dir})
         step.device = device
         steps[RULE] = step.provenance_record()
         launch_record = launch.recorded(results, run_name, launch_profile)
@@ -107,11 +108,11 @@ def run(
             epoch_dirs=epoch_dirs,
             launch_record=launch_record,
         )
-        atomic_write_json(out_dir / "run_manifest.json", body)
+        atomic_write_json(out_dir / MANIFEST_NAME, body)
         for name in OUTPUTS[:-1]:
             step.output(name)
         # the manifest's provenance names hosts and job ids; the sentinel vouches for the rest of it
-        step.output("run_manifest.json", json_record(out_dir / "run_manifest.json", ["provenance"]))
+        step.output(MANIFEST_NAME, json_record(out_dir / MANIFEST_NAME, ["provenance"]))
         summary = {name: metrics[name] for name in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
         step.facts.update({"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": summary})
         step.facts["ledger_entry"] = qualified["link"]

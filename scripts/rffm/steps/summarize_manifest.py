@@ -10,7 +10,7 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.records import provenance
 from rffm.records.files import atomic_write_bytes, read_json
-from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.layout import MANIFEST_NAME, PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.step import Step
 
 RULE = "summarize_manifest"
@@ -106,12 +106,12 @@ def run(run_name: str, qualification_dir: str | Path, out_dir: str | Path) -> Pa
     qualification_dir = Path(qualification_dir)
     with Step(RULE, out_dir, key={"run": run_name}, params={"run": run_name}) as step:
         sentinel = qualification_dir / SENTINEL_NAME
-        body = step.consume("qualification", sentinel, ["run_manifest.json"])
+        body = step.consume("qualification", sentinel, [MANIFEST_NAME])
         # the sentinel vouches for the manifest without its provenance; the provenance file beside it, for the rest
         record = provenance.read(qualification_dir / PROVENANCE_NAME, sentinel)
-        if problems := provenance.partial_output_problems(qualification_dir, body, record, ["run_manifest.json"]):
+        if problems := provenance.partial_output_problems(qualification_dir, body, record, [MANIFEST_NAME]):
             raise IntegrityError(f"{RULE} refuses to start: {problems[0]}. Fix: restore it, or delete {sentinel} and rerun snakemake.")
-        manifest = read_json(qualification_dir / "run_manifest.json")
+        manifest = read_json(qualification_dir / MANIFEST_NAME)
         atomic_write_bytes(step.out_dir / TABLE, manifest_html(manifest).encode())
         step.output(TABLE)
     return step.sentinel
