@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import PROFILED_TRACES, cache_build, cache_options, make_backbone, stage, train_one_epoch
-from rffm.data import cache_format, cache_local, cache_reader, cache_writer
+from rffm.data import cache_format, cache_local, cache_plan, cache_reader, cache_writer
 from rffm.data.splits import read_split
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import backbone
@@ -89,8 +89,8 @@ def test_a_flipped_byte_anywhere_in_the_cache_is_refused_by_its_readers(results,
 
 
 def test_disk_budget_counts_every_file_and_names_both_numbers(tmp_path: Path, monkeypatch):
-    needed = cache_format.cache_bytes({"train": 10, "val": 3}, tokens=4, dim=8)
-    assert needed >= 13 * 4 * 8 * 2 + 4 * 4096  # hidden states, labels, SNRs, meta and sentinel, each in whole blocks
+    needed = cache_plan.row_cache_bytes({"train": 10, "val": 3}, 4 * 8, meta_size=300)
+    assert needed == 2 * 4096 + 4 * 4096 + 2 * 4096  # hidden states, labels and SNRs of each split, meta and sentinel: whole blocks
     monkeypatch.setattr(cache_local.shutil, "disk_usage", lambda path: type("U", (), {"free": 1000})())
     with pytest.raises(ConfigError, match=r"need 1.1x 2000 bytes.*free 1000 bytes"):
         cache_local.check_disk_budget(tmp_path, 2000, 1.1)
@@ -216,5 +216,5 @@ def test_a_multi_layer_backbone_caches_every_output_layer(results, tmp_path: Pat
 
 
 def test_the_disk_budget_counts_every_cached_layer():
-    one = cache_format.cache_bytes({"train": 1000}, tokens=16, dim=64)
-    assert cache_format.cache_bytes({"train": 1000}, tokens=16, dim=64, layers=4) - one == 3 * 1000 * 16 * 64 * 2
+    one = cache_plan.row_cache_bytes({"train": 1000}, 16 * 64, meta_size=300)
+    assert cache_plan.row_cache_bytes({"train": 1000}, 4 * 16 * 64, meta_size=300) - one == 3 * 1000 * 16 * 64 * 2

@@ -121,9 +121,12 @@ def test_a_length_mismatch_is_refused_while_planning_naming_both_lengths():
 
 def test_planned_sizes_per_keep_option_are_exact():
     counts = {"train": 1000, "val": 300}
-    sizes = cache_plan.option_sizes(counts, [(9, 256, False), (9, 256, False), (1, 64, True)], 1, ["all", "mean", "prefix+mean", "every:4"])
+    spec = spec_for({"taps": {"modules": ["blocks.3", "blocks.7", "head"], "prefix": 1}})
+    sizes = cache_plan.option_sizes(
+        counts, [(9, 256, False), (9, 256, False), (1, 64, True)], spec, ["a", "b"], ["all", "mean", "prefix+mean", "every:4"]
+    )
     block = 4096
-    overhead = 2 * (64 << 10) + sum(-(-(128 + b * n) // block) * block for n in counts.values() for b in (8, 4))
+    overhead = 2 * block + sum(-(-(128 + b * n) // block) * block for n in counts.values() for b in (8, 4))  # meta, sentinel: a block each
     for option, tokens in (("all", 9), ("mean", 1), ("prefix+mean", 2), ("every:4", 1 + 2)):
         elements = 2 * tokens * 256 + 64
         assert sizes[option] == overhead + sum(-(-(n * elements * 2) // block) * block for n in counts.values())

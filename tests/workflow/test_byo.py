@@ -19,7 +19,7 @@ import pytest
 from byo import backbones, user_models
 from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
 from rffm.data import cache_plan
-from rffm.model.taps import keep_options
+from rffm.model.taps import keep_options, spec_for
 
 pytestmark = pytest.mark.workflow
 
@@ -116,7 +116,9 @@ def test_a_cache_that_cannot_fit_is_refused_while_planning_and_mean_tokens_plan_
     config["backbones"] = {"spectrum": {**specs["spectrum"], "keep": "all"}}
     write_config(workdir, config)
     counts = {"train": 64, "val": 32, "test": 32}  # the tiny config: 4 classes x 2 SNRs x 16, split 0.5 / 0.25 / 0.25
-    sizes = cache_plan.option_sizes(counts, [(64, 16, False)] * 2, 0, keep_options(0, "all"))
+    spec = spec_for(specs["spectrum"])
+    classes = tiny_config()["datasets"]["tiny"]["synthetic"]["classes"]
+    sizes = cache_plan.option_sizes(counts, [(64, 16, False)] * 2, spec, classes, keep_options(0, "all"))
     disk_mb = (sizes["all"] + sizes["mean"]) / 2 * 1.1 / 1e6  # between what mean and every token need
     result = snakemake(workdir, "-n", "--set-resources", f"build_cache:disk_mb={disk_mb:.3f}", check=False)
     assert result.returncode != 0
@@ -129,7 +131,9 @@ def test_a_cache_that_cannot_fit_is_refused_while_planning_and_mean_tokens_plan_
     write_config(workdir, config)
     snakemake(workdir, "--set-resources", f"build_cache:disk_mb={disk_mb:.3f}")
     memo = workdir / "scratch/tiny__spectrum"
-    data = [p for p in memo.iterdir() if p.name not in ("meta.json", "sentinel.json")]
-    on_disk = sum(p.stat().st_blocks * 512 for p in data)  # the planner allows 64 KiB each for meta.json and the cache sentinel
-    assert abs(on_disk - (sizes["mean"] - 2 * (64 << 10))) <= len(data) * 4096, (on_disk, sizes["mean"])
+    files = list(memo.iterdir())
+    assert len(files) == 8  # hidden states, labels and SNRs of train and val, meta.json, the sentinel
+    assert sum(-(-p.stat().st_size // 4096) * 4096 for p in files) == sizes["mean"]  # exact, in 4 KiB blocks
+    on_disk = sum(p.stat().st_blocks * 512 for p in files)  # what this filesystem allocated
+    assert abs(on_disk - sizes["mean"]) <= len(files) * 4096, (on_disk, sizes["mean"])
     assert (workdir / "results/runs/spectrum/qualification/run_manifest.json").exists()

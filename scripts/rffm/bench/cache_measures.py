@@ -255,5 +255,5 @@ def option_bytes(dataset_dir: Path, model: encoders.Encoder, spec: dict[str, Any
     every = encoders.Encoder(model.model, model.fingerprint, {**spec, "keep": "all"}, model.where, model.native_layers, model.length)
     pooled = spec["taps"]["form"] == "pooled"
     taps = [(tokens, width, pooled) for tokens, width in every.shapes(length)]
-    prefix = int(spec["taps"]["prefix"])
-    return cache_plan.option_sizes(counts, taps, prefix, keep_options(prefix, spec["keep"]))
+    classes = read_json(dataset_dir / SENTINEL_NAME)["dataset"]["classes"]
+    return cache_plan.option_sizes(counts, taps, spec, classes, keep_options(int(spec["taps"]["prefix"]), spec["keep"]))

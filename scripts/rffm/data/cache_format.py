@@ -13,7 +13,6 @@ import h5py
 import numpy as np
 import torch
 
-from rffm.data.cache_plan import row_cache_bytes
 from rffm.errors import IntegrityError
 from rffm.records.files import sha256_json
 from rffm.records.layout import SENTINEL_NAME, cache_files
@@ -31,11 +30,6 @@ def to_bf16_bits(hidden: torch.Tensor) -> np.ndarray:
 def from_bf16_bits(bits: np.ndarray) -> torch.Tensor:
     """Raw BF16 bits -> FP32 tensor."""
     return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16).float()
-
-
-def cache_bytes(counts: dict[str, int], tokens: int, dim: int, block: int = 4096, layers: int = 1) -> int:
-    """Disk space every file of a cache takes (`layers` hidden states per token), each rounded up to whole filesystem blocks."""
-    return row_cache_bytes(counts, layers * tokens * dim, block)
 
 
 def split_count(path: Path) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rffm.data.cache_format import built_recipe, recipe
-from rffm.data.cache_plan import human_bytes, row_cache_bytes
+from rffm.data.cache_plan import cache_meta, human_bytes, meta_bytes, row_cache_bytes
 from rffm.data.cache_writer import build
 from rffm.errors import ConfigError, IntegrityError
 from rffm.records.files import sha256_file
@@ -93,7 +93,8 @@ def ensure(
     shapes = record["cache"]["shapes"]
     if options["disk_headroom"] > 0 and built_recipe(directory) != recipe(record):
         counts = {split: shapes[split][0] for split in CACHED_SPLITS}
-        needed = row_cache_bytes(counts, int(np.prod(shapes["train"][1:])))  # rows [T, D], [k, T, D] or [F]
+        meta = cache_meta(record["backbone_fingerprint"], record["cache"]["classes"], shapes, record["cache"]["taps"])
+        needed = row_cache_bytes(counts, int(np.prod(shapes["train"][1:])), meta_bytes(meta))  # rows [T, D], [k, T, D] or [F]
         check_disk_budget(directory.parent, needed, options["disk_headroom"])
 
     def build_into(target: Path) -> dict[str, Any]:

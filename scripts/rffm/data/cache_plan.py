@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import RffmError
-from rffm.model.taps import keep_options, kept_count, spec_for
-from rffm.records.files import read_json
+from rffm.model.taps import keep_options, kept_count, row_shape, spec_for, tap_names
+from rffm.records.files import canonical_json, read_json
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_folder, dataset_folder, split_file
 
 # set-resources of build_cache that say how much local disk a cluster job gets, in bytes per unit
@@ -31,24 +31,45 @@ def human_bytes(count: float) -> str:
     return f"{count:.1f} TiB"
 
 
-def row_cache_bytes(counts: dict[str, int], row_elements: int, block: int = 4096) -> int:
+SENTINEL_BYTES = 4096  # the cache sentinel: seven file records (sizes and digests), about 1.2 KiB whatever the cache
+
+
+def cache_meta(fingerprint: str, classes: list[str], shapes: dict[str, list[int]], taps: list[dict[str, Any]]) -> dict[str, Any]:
+    """A cache's meta.json: what a head needs to read its rows (the writer writes it; the planner sizes it)."""
+    return {"backbone_fingerprint": fingerprint, "classes": classes, "dtype": "bfloat16", "shapes": shapes, "taps": taps}
+
+
+def meta_bytes(meta: dict[str, Any]) -> int:
+    """The size of meta.json as the writer writes it (canonical JSON)."""
+    return len(canonical_json(meta).encode())
+
+
+def row_cache_bytes(counts: dict[str, int], row_elements: int, meta_size: int, block: int = 4096) -> int:
     """Disk space every file of a cache of `row_elements` BF16 values per example takes, in whole filesystem blocks."""
 
     def blocks(size: int) -> int:
         return -(-size // block) * block
 
-    total = blocks(64 << 10) * 2  # meta.json and the cache sentinel (a few KiB each; generous)
+    total = blocks(meta_size) + blocks(SENTINEL_BYTES)
     for count in counts.values():
         total += blocks(count * row_elements * 2) + blocks(128 + 8 * count) + blocks(128 + 4 * count)  # hidden, labels, snr
     return total
 
 
-def option_sizes(counts: dict[str, int], taps: list[tuple[int, int, bool]], prefix: int, options: list[str]) -> dict[str, int]:
+def option_sizes(
+    counts: dict[str, int], taps: list[tuple[int, int, bool]], spec: dict[str, Any], classes: list[str], options: list[str]
+) -> dict[str, int]:
     """Bytes on disk of a cache of train + val for each keep option; taps are (tokens, width, pooled) as the model gives them."""
+    prefix = int(spec["taps"]["prefix"])
+    cached = {split: counts[split] for split in CACHED_SPLITS}
     sizes = {}
     for option in options:
-        elements = sum((1 if pooled else kept_count(tokens, prefix, option)) * width for tokens, width, pooled in taps)
-        sizes[option] = row_cache_bytes({split: counts[split] for split in CACHED_SPLITS}, elements)
+        kept = [(1 if pooled else kept_count(tokens, prefix, option), width) for tokens, width, pooled in taps]
+        row = row_shape(kept)
+        names = tap_names(spec["taps"], len(kept))
+        described = [{"dim": width, "name": name, "tokens": tokens} for name, (tokens, width) in zip(names, kept, strict=True)]
+        meta = cache_meta("0" * 64, classes, {split: [count, *row] for split, count in cached.items()}, described)
+        sizes[option] = row_cache_bytes(cached, sum(tokens * width for tokens, width in kept), meta_bytes(meta))
     return sizes
 
 
@@ -64,29 +85,32 @@ def synthetic_counts(spec: dict[str, Any]) -> dict[str, int] | None:
     return {"train": strata * (n - test - val), "val": strata * val, "test": strata * test}
 
 
-def staged(results: str, dataset: str) -> tuple[dict[str, int] | None, int | None]:
-    """Counts and example length of a dataset already staged in a local results tree (None where unknown)."""
+def staged(results: str, dataset: str) -> tuple[dict[str, int] | None, int | None, list[str] | None]:
+    """Counts, example length and class names of a dataset already staged in a local results tree (None where unknown)."""
     folder = Path(results) / dataset_folder(dataset)
     try:
-        counts = read_json(folder / SENTINEL_NAME)["dataset"]["counts"]
+        facts = read_json(folder / SENTINEL_NAME)["dataset"]
+        counts, classes = facts["counts"], facts["classes"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None, None
+        return None, None, None
     try:
         import h5py
 
         with h5py.File(folder / split_file("train"), "r") as handle:
-            return counts, int(handle["iq"].shape[-1])
+            return counts, int(handle["iq"].shape[-1]), classes
     except (OSError, KeyError):
-        return counts, None
+        return counts, None, classes
 
 
-def dataset_facts(config: dict[str, Any], results: str, dataset: str) -> tuple[dict[str, int] | None, int | None]:
-    """(split counts, example length) of a dataset as far as planning can know them."""
-    counts, length = staged(results, dataset)
+def dataset_facts(config: dict[str, Any], results: str, dataset: str) -> tuple[dict[str, int] | None, int | None, list[str] | None]:
+    """(split counts, example length, class names) of a dataset as far as planning can know them."""
+    counts, length, classes = staged(results, dataset)
     spec = config["datasets"][dataset]
     if length is None:
         length = {"synthetic": spec.get("synthetic", {}).get("length"), "sigmf": spec.get("sigmf", {}).get("window")}.get(spec["source"])
-    return counts or synthetic_counts(spec), length
+    if counts is None and spec["source"] == "synthetic":
+        classes = spec["synthetic"]["classes"]
+    return counts or synthetic_counts(spec), length, classes
 
 
 def native_taps(backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]] | None:
@@ -144,7 +168,7 @@ def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str
     pairs = dict.fromkeys((run["dataset"], run["backbone"]) for run in config["runs"].values())
     for dataset, name in pairs:
         backbone = config["backbones"][name]
-        counts, length = dataset_facts(config, results, dataset)
+        counts, length, classes = dataset_facts(config, results, dataset)
         declared = backbone.get("adapter", {}).get("length")
         if declared and length and declared != length:
             problems.append(
@@ -152,7 +176,7 @@ def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str
                 f"length {length}. Fix: use a dataset of length {declared}, or a backbone built for {length} samples."
             )
             continue
-        if headroom <= 0 or counts is None or length is None:
+        if headroom <= 0 or counts is None or length is None or classes is None:
             continue  # build_cache checks the disk itself once the counts are known
         try:
             taps = native_taps(backbone, length) or probed_taps(name, backbone, length)
@@ -160,8 +184,7 @@ def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str
             problems.append(str(error))
             continue
         spec = spec_for(backbone)
-        prefix = int(spec["taps"]["prefix"])
-        sizes = option_sizes(counts, taps, prefix, keep_options(prefix, spec["keep"]))
+        sizes = option_sizes(counts, taps, spec, classes, keep_options(int(spec["taps"]["prefix"]), spec["keep"]))
         budget, said = scratch_budget(scratch, headroom, asked or {})
         needed = sizes[spec["keep"]]
         if needed > budget:

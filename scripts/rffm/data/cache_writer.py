@@ -21,6 +21,7 @@ import torch
 import xxhash
 
 from rffm.data.cache_format import preallocate, release_pages, split_count, to_bf16_bits
+from rffm.data.cache_plan import cache_meta
 from rffm.model import encoder as encoders
 from rffm.records.files import atomic_write_bytes, atomic_write_json
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, hidden_file, split_file
@@ -199,13 +200,10 @@ def build(
     progress.close()
     if controller.largest_good:
         profile.remember(key, controller, controller.largest_good, {"input_shape": [2, length], **batching.device_context(device)})
-    meta = {
-        "backbone_fingerprint": model.fingerprint,
-        "classes": classes,
-        "dtype": "bfloat16",
-        "shapes": {split: [counts[split], *shapes[split][1:]] for split in CACHED_SPLITS},
-        "taps": record["cache"]["taps"],  # (name, tokens, dim) per tap: the head splits flat rows [F] by them
-    }
+    # taps: (name, tokens, dim) per tap: the head splits flat rows [F] by them
+    meta = cache_meta(
+        model.fingerprint, classes, {split: [counts[split], *shapes[split][1:]] for split in CACHED_SPLITS}, record["cache"]["taps"]
+    )
     atomic_write_json(directory / "meta.json", meta)
     outputs["meta.json"] = file_record(directory / "meta.json")
     atomic_write_bytes(directory / SENTINEL_NAME, seal({"stage": "build_cache", "recipe": recipe_digest, "outputs": outputs}))

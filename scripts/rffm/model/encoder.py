@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from rffm.errors import ConfigError
-from rffm.model.taps import FORMS, KEEP, LAYOUTS, keep_options, kept_count, spec_for  # noqa: F401 (the encoder's vocabulary)
+from rffm.model import taps as taps_facts
+from rffm.model.taps import FORMS, KEEP, LAYOUTS, keep_options, kept_count, row_shape, spec_for  # noqa: F401 (the encoder's vocabulary)
 from rffm.records.files import sha256_json
 
 NATIVE = ("pretrain", "random", "checkpoint")  # kinds whose file is an rffm backbone.pt (IQPatchTransformer)
@@ -183,10 +184,7 @@ class Encoder:
 
     def tap_names(self, count: int) -> list[str]:
         """How the `count` taps are named in records and messages: module names, or output indices."""
-        taps = self.spec["taps"]
-        if taps.get("modules"):
-            return list(taps["modules"])
-        return [f"output {taps['select'][i]}" if taps.get("select") else f"output {i}" for i in range(count)]
+        return taps_facts.tap_names(self.spec["taps"], count)
 
     def shapes(self, length: int) -> list[tuple[int, int]]:
         """(tokens, width) of every cached tap, from one probe batch of `length` samples."""
@@ -194,15 +192,6 @@ class Encoder:
             device = next((p.device for p in self.model.parameters()), torch.device("cpu")) if isinstance(self.model, nn.Module) else "cpu"
             probe = torch.randn(2, 2, length, generator=torch.Generator().manual_seed(0)).to(device)
             return [(int(f.shape[1]), int(f.shape[2])) for f in self.features(probe)]
-
-
-def row_shape(taps: list[tuple[int, int]]) -> list[int]:
-    """A cache row's shape: [T, D] (one tap), [k, T, D] (k taps of one shape) or [F] (taps of differing shapes)."""
-    if len(taps) == 1:
-        return list(taps[0])
-    if len(set(taps)) == 1:
-        return [len(taps), *taps[0]]
-    return [sum(tokens * dim for tokens, dim in taps)]
 
 
 def as_row(features: list[torch.Tensor]) -> torch.Tensor:

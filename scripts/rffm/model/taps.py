@@ -44,3 +44,19 @@ def keep_options(prefix: int, configured: str) -> list[str]:
     """The keep options worth printing next to each other for a tap layout (the configured one included)."""
     options = ["all", *(["prefix"] if prefix else []), "mean", *(["prefix+mean"] if prefix else []), "every:2", "every:4", "every:8"]
     return options if configured in options else [*options, configured]
+
+
+def tap_names(taps: dict[str, Any], count: int) -> list[str]:
+    """How `count` taps are named in records and messages: module names, or output indices (`taps`: spec_for's)."""
+    if taps.get("modules"):
+        return list(taps["modules"])
+    return [f"output {taps['select'][i]}" if taps.get("select") else f"output {i}" for i in range(count)]
+
+
+def row_shape(taps: list[tuple[int, int]]) -> list[int]:
+    """A cache row's shape: [T, D] (one tap), [k, T, D] (k taps of one shape) or [F] (taps of differing shapes)."""
+    if len(taps) == 1:
+        return list(taps[0])
+    if len(set(taps)) == 1:
+        return [len(taps), *taps[0]]
+    return [sum(tokens * dim for tokens, dim in taps)]
