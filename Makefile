@@ -114,6 +114,7 @@ lint: setup
 	RFFM_WORKER_IMAGE=$${RFFM_WORKER_IMAGE:-example.invalid/rffm/worker@sha256:$$(printf '0%.0s' $$(seq 64))} $(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check workflow
 	$(BIN)/ruff check scripts tests
+	$(BIN)/ruff format --check scripts tests
 
 # The default run between its floor (the same head on a frozen, randomly initialized backbone) and its
 # ceiling (a standard CNN trained end to end on the same splits): floor | frozen backbone | end-to-end.

@@ -218,4 +218,3 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
         yield target
     finally:
         subprocess.run(["umount", str(target)], check=True)
-

@@ -64,6 +64,6 @@ def test_the_shell_that_started_this_process_is_not_a_live_run(tmp_path: Path):
     make_lock(tmp_path, socket.gethostname())
     code = "from rffm.ops import unlock; print(unlock.lock_state('.')[0])"
     # `bash -c "... snakemake ..."` in the directory is this process's parent, not another run
-    script = f"{sys.executable} -c \"{code}\"; true # snakemake"  # `; true` keeps bash alive as the parent
+    script = f'{sys.executable} -c "{code}"; true # snakemake'  # `; true` keeps bash alive as the parent
     shown = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
     assert shown.stdout.strip() == "dead", shown.stderr

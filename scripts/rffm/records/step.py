@@ -30,6 +30,7 @@ IDENTITY_FIELDS = ("schema_version", "stage", "key", "inputs", "params_sha256", 
 
 THREADS: list[int] = []  # the intra-op thread count runtime.device.setup fixed in this process (a step's sentinel records it)
 
+
 class Step:
     """Context manager owning a step's consumed sentinels, outputs, provenance and sentinel."""
 
