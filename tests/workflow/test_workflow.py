@@ -142,8 +142,8 @@ def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(work
     shown = subprocess.run(
         [str(BIN / "rffm"), "compare", "results", "--config", "config.yaml"], cwd=workdir, capture_output=True, text=True, check=True
     ).stdout
-    roles = [line.split()[:3] for line in shown.splitlines()[1:3]]
-    assert roles == [["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]]
+    roles = [line.split()[:4] for line in shown.splitlines()[1:3]]
+    assert roles == [["all", "frozen", "backbone", "base"], ["all", "end-to-end", "cnn", "tiny"]]
     assert (workdir / "results/report/comparison/comparison.png").stat().st_size > 0
     command = [str(BIN / "rffm"), "status", "results", "--config", "config.yaml"]
     status = subprocess.run(command, cwd=workdir, capture_output=True, text=True).stdout

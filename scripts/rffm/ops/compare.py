@@ -161,7 +161,7 @@ def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
             color=colors[r["role"]],
             hatch=hatches[len(same_role) % len(hatches)],
             edgecolor="white",
-            label=f"{r['role']}: {r['run']} ({wall})",
+            label=f"{r['role']}: {r['run']}, labels {labels_text(r.get('labels'))} ({wall})",
         )
         ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
     ax.set_xticks(x, [label for _, label in metrics])
