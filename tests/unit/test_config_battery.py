@@ -97,6 +97,11 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
     ("lr-inf", lambda c: train(c).update(lr=INF), "runs.base.train.lr: .inf is not a finite number. Fix: write a number > 0 and <= 10"),
     ("lr-nan", lambda c: train(c).update(lr=NAN), "runs.base.train.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10"),
     (
+        "labels-zero",
+        lambda c: train(c).update(labels_per_class_snr=0),
+        "runs.base.train.labels_per_class_snr: 0 is less than the minimum of 1. Fix: use an integer >= 1 and <= 2147483647",
+    ),
+    (
         "pretrain-lr-nan",
         lambda c: backbone(c)["pretrain"].update(lr=NAN),
         "backbones.mini.pretrain.lr: .nan is not a finite number. Fix: write a number > 0 and <= 10",
@@ -317,8 +322,8 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
     (
         "unknown-key",
         lambda c: train(c).update(epoch=3),
-        "runs.base.train: unknown key(s) 'epoch'. Fix: remove or rename it; allowed here: batch_size, epochs, head, label_smoothing, lr, "
-        "lr_decay_per_epoch, seed, warmup_steps, weight_decay",
+        "runs.base.train: unknown key(s) 'epoch'. Fix: remove or rename it; allowed here: batch_size, epochs, head, label_smoothing, "
+        "labels_per_class_snr, labels_seed, lr, lr_decay_per_epoch, seed, warmup_steps, weight_decay",
     ),
     (
         "bad-name",

@@ -89,7 +89,7 @@ def test_compare_prints_the_reference_as_end_to_end_with_its_wall_time(dataset_d
     assert [(r["run"], r["role"]) for r in rows] == [("cnn", "end-to-end")]
     assert rows[0]["wall_s"] is not None and rows[0]["wall_s"] >= 0
     text = compare.render(rows)
-    assert text.splitlines()[0].split()[:2] == ["role", "run"] and "end-to-end  cnn" in text
+    assert text.splitlines()[0].split()[:3] == ["labels", "role", "run"] and "all     end-to-end  cnn" in text
     compare.plot(rows, tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -100,3 +100,14 @@ def test_a_reference_id_must_not_be_a_run_id_and_must_name_a_dataset():
     problems = config.problems(bad)
     assert any(p.startswith("references.base: the id is also a run's") for p in problems)
     assert any(p.startswith("references.other.dataset: 'nope' is not defined") for p in problems)
+
+
+def test_a_label_scarce_reference_trains_on_k_per_cell_and_compare_shows_k(dataset_dir: Path, tmp_path: Path):
+    """train.labels_per_class_snr: 2 of each of the 3 x 2 (class, SNR) cells; the rows are in its provenance."""
+    results = tmp_path / "results"
+    sentinel = train_and_qualify(dataset_dir, results, spec(labels_per_class_snr=2))
+    selection = json.loads((sentinel.parents[1] / "selection/sentinel.json").read_text())
+    assert selection["labels"]["labelled_rows"] == 12 and selection["labels"]["labels_seed"] == 0
+    assert selection["labels"]["train_rows"] > 12
+    rows = compare.collect(results)
+    assert rows[0]["labels"] == 2 and compare.render(rows).splitlines()[1].split()[:3] == ["2", "end-to-end", "cnn"]

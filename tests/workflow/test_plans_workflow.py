@@ -183,5 +183,5 @@ def test_after_a_floor_run_the_bare_compare_prints_all_three_rows(workdir: Path)
     snakemake(workdir)
     with_default_config(workdir)  # config/config.yaml plans `baseline` only: the records decide
     compare = rffm("compare", "results", cwd=workdir)
-    rows = [line.split()[:3] for line in compare.stdout.splitlines()[1:4]]
+    rows = [line.split()[1:4] for line in compare.stdout.splitlines()[1:4]]  # after the labels column (all)
     assert rows == [["floor", "floor", "tiny"], ["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]], compare.stdout

@@ -142,9 +142,35 @@ def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(work
     shown = subprocess.run(
         [str(BIN / "rffm"), "compare", "results", "--config", "config.yaml"], cwd=workdir, capture_output=True, text=True, check=True
     ).stdout
-    roles = [line.split()[:3] for line in shown.splitlines()[1:3]]
-    assert roles == [["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]]
+    roles = [line.split()[:4] for line in shown.splitlines()[1:3]]
+    assert roles == [["all", "frozen", "backbone", "base"], ["all", "end-to-end", "cnn", "tiny"]]
     assert (workdir / "results/report/comparison/comparison.png").stat().st_size > 0
     command = [str(BIN / "rffm"), "status", "results", "--config", "config.yaml"]
     status = subprocess.run(command, cwd=workdir, capture_output=True, text=True).stdout
     assert ["cnn", "qualified", "2/2"] in [line.split()[:3] for line in status.splitlines()]
+
+
+def test_a_label_scarce_run_qualifies_on_k_labels_and_changing_k_never_touches_the_cache(workdir: Path):
+    """train.labels_per_class_snr: the head reads k labels per (class, SNR) of the cached train split; k is an epoch param."""
+    import json
+
+    config = tiny_config()
+    config["runs"]["scarce"] = {**config["runs"]["base"], "train": {**config["runs"]["base"]["train"], "labels_per_class_snr": 2}}
+    config["runs"]["scarce"].pop("profiling")
+    write_config(workdir, config)
+    after_cache = [f"train_epoch[run=scarce, epoch={e}]" for e in (1, 2, 3)] + ["select_checkpoint[run=scarce]"]
+    reports = ["plot_training[run=scarce]", "qualify[run=scarce]", "summarize_manifest[run=scarce]", "export[run=scarce]"]
+    assert planned_jobs(workdir) == sorted(after_cache + reports)
+    snakemake(workdir)
+    run = workdir / "results/runs/scarce"
+    labels = json.loads((run / "epochs/1/sentinel.json").read_text())["labels"]
+    assert labels == {"labels_per_class_snr": 2, "labels_seed": 0, "labelled_rows": 16, "train_rows": 64}  # 4 classes x 2 SNRs x 2
+    assert json.loads((run / "selection/model_card.json").read_text())["labelled_rows"] == 16
+    assert json.loads((run / "qualification/run_manifest.json").read_text())["training"]["params"]["labels_per_class_snr"] == 2
+    # another k: the epochs and selection again, never the cache or the backbone ...
+    config["runs"]["scarce"]["train"]["labels_per_class_snr"] = 3
+    write_config(workdir, config)
+    assert planned_jobs(workdir, "validation_selection") == sorted(after_cache + ["plot_training[run=scarce]"])
+    # ... and never under the id whose test exposure is spent: the qualified-run freeze names the setting
+    refused = snakemake(workdir, "-n", check=False)
+    assert refused.returncode != 0 and "runs.scarce.train.labels_per_class_snr" in refused.stdout + refused.stderr

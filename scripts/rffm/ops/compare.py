@@ -64,7 +64,7 @@ def collect(
     results_dir: str | Path, config: dict[str, Any] | None = None, names: list[str] | None = None, unknown: list[str] = ()
 ) -> list[dict[str, Any]]:
     """One row per qualified run or reference (of the config's and the `unknown` runs no plan speaks for, or those
-    named, when given), floor first."""
+    named, when given): by labels per (class, SNR) (k ascending, all last), then floor first."""
     from rffm.ops.status import exposure
 
     results = Path(results_dir)
@@ -83,6 +83,7 @@ def collect(
                 "role": role_of(manifest),
                 "dataset": manifest["dataset"]["name"],
                 "model": manifest.get("backbone", {}).get("name") or f"cnn ({manifest['model']['input']} input)",
+                "labels": manifest["training"]["params"].get("labels_per_class_snr"),  # per (class, SNR); None: all
                 "accuracy": quality["accuracy"],
                 "accuracy_high_snr": quality["accuracy_high_snr"]["accuracy"],
                 "high_snr_db": quality["accuracy_high_snr"]["min_snr_db"],
@@ -93,21 +94,27 @@ def collect(
                 "exposure": exposure(results, run_dir, None),
             }
         )
-    return sorted(rows, key=lambda r: (ROLES.index(r["role"]), r["run"]))
+    return sorted(rows, key=lambda r: (r["labels"] is None, r["labels"] or 0, ROLES.index(r["role"]), r["run"]))
+
+
+def labels_text(labels: int | None) -> str:
+    """The labels column: k labelled train examples per (class, SNR), or all of them."""
+    return "all" if labels is None else str(labels)
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table, one row per result, and a line saying what wall time counts."""
+    """A plain-text table, one row per result (labels: k per (class, SNR) or all), and a line saying what wall time counts."""
     high = rows[0]["high_snr_db"] if rows else 10
     from rffm.ops.status import exposure_words
 
-    header = ["role", "run", "dataset", "backbone / model", "test acc", f"acc >={high:g} dB", "macro-F1", "step time"]
+    header = ["labels", "role", "run", "dataset", "backbone / model", "test acc", f"acc >={high:g} dB", "macro-F1", "step time"]
     header.append("test exposure: run (split)")
     table = [header]
     for r in rows:
         wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.0f} s"
         table.append(
             [
+                labels_text(r.get("labels")),
                 r["role"],
                 r["run"] + (f" [{r['member']}]" if r.get("member") else ""),
                 r["dataset"],
@@ -154,7 +161,7 @@ def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
             color=colors[r["role"]],
             hatch=hatches[len(same_role) % len(hatches)],
             edgecolor="white",
-            label=f"{r['role']}: {r['run']} ({wall})",
+            label=f"{r['role']}: {r['run']}, labels {labels_text(r.get('labels'))} ({wall})",
         )
         ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
     ax.set_xticks(x, [label for _, label in metrics])

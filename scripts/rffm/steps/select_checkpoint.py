@@ -38,9 +38,9 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
     with Step(RULE, out_dir, key={"run": spec["run"]}, params=options) as step:
         results = given_store(store, RULE)
         epoch_dirs = [Path(d) for d in epoch_dirs]
-        candidates = []
+        candidates, records = [], {}
         for directory in epoch_dirs:  # runs/<run>/epochs/<k>
-            step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME, ["metrics.json"])
+            records[directory.name] = step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME, ["metrics.json"])
             candidates.append(read_json(directory / "metrics.json"))
         if names:  # a sweep: every (member, epoch) is a candidate
             candidates = sweep_candidates(candidates, names)
@@ -79,6 +79,8 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
             "training": dict(spec["train"]),
             "selection": evidence,
         }
+        if "labels" in records[chosen_dir.name]:  # label-scarce: how many train labels the head read
+            card["labelled_rows"] = records[chosen_dir.name]["labels"]["labelled_rows"]
         if names:  # the chosen member's settings, every member and the whole validation table
             chosen = members[names.index(best["member"])]
             card["training"] = sweep.member_train(spec["train"], chosen["settings"])

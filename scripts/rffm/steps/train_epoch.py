@@ -147,6 +147,8 @@ def write_bundle(step: Step, group: list[dict[str, Any]], epoch: int) -> None:
     atomic_write_json(step.out_dir / "metrics.json", table)
     for name in OUTPUTS:
         step.output(name)
+    if "labels" in group[0]["step"].facts:  # members share the labelled subset
+        step.facts["labels"] = group[0]["step"].facts["labels"]
     step.facts.update(
         {
             "backbone_fingerprint": group[0]["step"].facts["backbone_fingerprint"],
@@ -205,3 +207,5 @@ def train_members(spec, todo, where: dict[str, Any], epoch, step: Step, device, 
         m["step"].device = step.device
         m["step"].facts.update({"backbone_fingerprint": meta["backbone_fingerprint"], "metrics": m["metrics"]})
         m["step"].details["phases"] = step.details["phases"]
+        if details["labels"]["labels_per_class_snr"] is not None:  # label-scarce: the rows it read labels of
+            m["step"].facts["labels"] = details["labels"]

@@ -16,6 +16,7 @@ from rffm.records.files import atomic_write_json
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.step import Step
 from rffm.records.store import given_store
+from rffm.training.labels import options_rows, subset_facts
 from rffm.training.reference import train_cnn
 from rffm.training.selection import choose, evidence, publish_artifact
 
@@ -54,4 +55,8 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
         step.output("selection.json")
         step.output("history.json")
         step.facts.update({"selection": selection, "artifact": published})
+        if spec["train"].get("labels_per_class_snr") is not None:  # label-scarce: the rows it read labels of
+            train = splits["train"]
+            rows = options_rows(spec["train"], train["label"], train["snr_db"])
+            step.facts["labels"] = subset_facts(spec["train"], rows, len(train["label"]))
     return step.sentinel

@@ -25,6 +25,7 @@ from rffm.runtime.profiling import BatchTracer, PhaseTimes
 from rffm.runtime.progress import Progress
 from rffm.training import sweep
 from rffm.training.evaluation import validate_heads
+from rffm.training.labels import options_rows, subset_facts
 
 
 def train_options(spec: dict[str, Any]) -> dict[str, Any]:
@@ -107,14 +108,15 @@ def train_heads(
     """Epoch `epoch` of every member: ([{metrics, checkpoint}] in the members' order, details).
 
     A member is {name, options (train_options), params_sha256, previous (its epoch-1 checkpoint bytes, None
-    at epoch 1), previous_path (for messages)}; members share batch_size and seed (not sweepable).
+    at epoch 1), previous_path (for messages)}; members share batch_size, seed and the labelled subset (not sweepable).
     `sweep_run` names the member in a divergence message; details: memory_bytes, cache_bytes_read, phases.
     """
     phases = phases or PhaseTimes()
     train_split, val_split = splits["train"], splits["val"]
     batch_size = int(members[0]["options"]["batch_size"])
     seed = int(members[0]["options"]["seed"])
-    steps_per_epoch = -(-len(train_split) // batch_size)
+    rows = options_rows(members[0]["options"], train_split.labels, train_split.snr_db)
+    steps_per_epoch = -(-len(rows) // batch_size)
     states = [resume(member, meta, epoch, steps_per_epoch, device) for member in members]
     head_params = max(sum(p.numel() for p in m["head"].parameters()) for m in states)
     details = {
@@ -123,8 +125,8 @@ def train_heads(
         )
     }
 
-    order = np.random.default_rng([seed, epoch]).permutation(len(train_split))
-    batches = [order[start : start + batch_size] for start in range(0, len(train_split), batch_size)]
+    order = rows[np.random.default_rng([seed, epoch]).permutation(len(rows))]  # every row: the permutation itself
+    batches = [order[start : start + batch_size] for start in range(0, len(rows), batch_size)]
     for m in states:
         m["head"].train()
         m["total_loss"], m["correct"] = 0.0, 0
@@ -159,7 +161,7 @@ def train_heads(
         if not math.isfinite(total_loss) or not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
             where = f"runs.{run}.train" + (f" (sweep member {m['name']})" if sweep_run else "")
             raise ConfigError(
-                f"{where}: epoch {epoch} diverged (train loss {total_loss / len(train_split)}, non-finite weights); "
+                f"{where}: epoch {epoch} diverged (train loss {total_loss / len(rows)}, non-finite weights); "
                 f"nothing of it is kept, so it can never be selected or qualified. Fix: lower runs.{run}.train.lr "
                 "(or raise warmup_steps, or drop that sweep value) and rerun snakemake."
             )
@@ -168,7 +170,8 @@ def train_heads(
     val_tracer.close()
     details["cache_bytes_read"] = bytes_read + len(val_split) * val_split.row_bytes
     details["phases"] = phases.as_dict()
-    trained = [finish(m, validation, meta, epoch, run, len(train_split)) for m, validation in zip(states, validations, strict=True)]
+    details["labels"] = subset_facts(members[0]["options"], rows, len(train_split))
+    trained = [finish(m, validation, meta, epoch, run, len(rows)) for m, validation in zip(states, validations, strict=True)]
     return trained, details
 
 

@@ -13,6 +13,7 @@ from rffm.errors import ConfigError
 from rffm.model import cnn
 from rffm.runtime.progress import Progress
 from rffm.training.evaluation import validate_cnn
+from rffm.training.labels import options_rows
 
 
 def train_cnn(
@@ -20,8 +21,9 @@ def train_cnn(
 ) -> tuple[cnn.CNNConfig, list[dict[str, Any]], dict[int, dict[str, torch.Tensor]]]:
     """(config, every epoch's metrics, every epoch's state) of a reference `spec`; deterministic from the seed on CPU."""
     options = spec["train"]
-    iq = torch.from_numpy(np.ascontiguousarray(train_split["iq"], np.float32))
-    labels = torch.from_numpy(train_split["label"].astype(np.int64))
+    rows = options_rows(options, train_split["label"], train_split["snr_db"])  # the labelled subset (all rows by default)
+    iq = torch.from_numpy(np.ascontiguousarray(train_split["iq"][rows], np.float32))
+    labels = torch.from_numpy(train_split["label"][rows].astype(np.int64))
     val_iq = torch.from_numpy(np.ascontiguousarray(val_split["iq"], np.float32))
     config = cnn.CNNConfig(classes=len(classes), length=int(iq.shape[-1]), **spec["model"])
     if config.input == "rf" and config.length % config.symbol_period:
