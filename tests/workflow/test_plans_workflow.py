@@ -66,7 +66,7 @@ def test_bare_commands_judge_the_tree_by_its_records_not_config_yaml(workdir: Pa
     verify = rffm("verify", "results", cwd=workdir)
     assert verify.returncode == 0 and "STALE" not in verify.stdout and "0 problem(s), 0 stale" in verify.stdout, verify.stdout
     compare = rffm("compare", "results", cwd=workdir)
-    assert compare.returncode == 0 and re.search(r"^frozen backbone\s+base\s", compare.stdout, re.M), compare.stdout
+    assert compare.returncode == 0 and re.search(r"^all\s+frozen backbone\s+base\s", compare.stdout, re.M), compare.stdout
     before = sorted(p.relative_to(workdir) for p in (workdir / "results").rglob("*"))
     prune = rffm("prune", "results", "--delete", cwd=workdir)
     assert prune.returncode == 0 and "nothing stale" in prune.stdout, prune.stdout
