@@ -108,7 +108,7 @@ example-weights: setup
 # Tests run on TEST_WORKERS processes (pytest-xdist), each test module on one of them (its module fixtures are built
 # once); TEST_WORKERS=0 runs them in this one. The SLURM modules share one local cluster through a lock file.
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 lint: setup
 	RFFM_WORKER_IMAGE=$${RFFM_WORKER_IMAGE:-example.invalid/rffm/worker@sha256:$$(printf '0%.0s' $$(seq 64))} $(BIN)/snakemake --lint
