@@ -32,7 +32,9 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("train"), split_file("val")])
         classes = dataset["dataset"]["classes"]
         splits = {name: read_split(dataset_dir / split_file(name)) for name in ("train", "val")}
-        config, history, states = train_cnn(spec, splits["train"], splits["val"], classes)
+        train = splits["train"]
+        rows = options_rows(spec["train"], train["label"], train["snr_db"])  # the labelled subset (all rows by default)
+        config, history, states = train_cnn(spec, train, splits["val"], classes, rows)
         rule = spec["selection"]
         best = choose(history, rule["metric"], rule["mode"])
         weights = {
@@ -56,7 +58,5 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
         step.output("history.json")
         step.facts.update({"selection": selection, "artifact": published})
         if spec["train"].get("labels_per_class_snr") is not None:  # label-scarce: the rows it read labels of
-            train = splits["train"]
-            rows = options_rows(spec["train"], train["label"], train["snr_db"])
             step.facts["labels"] = subset_facts(spec["train"], rows, len(train["label"]))
     return step.sentinel

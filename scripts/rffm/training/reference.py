@@ -13,15 +13,14 @@ from rffm.errors import ConfigError
 from rffm.model import cnn
 from rffm.runtime.progress import Progress
 from rffm.training.evaluation import validate_cnn
-from rffm.training.labels import options_rows
 
 
 def train_cnn(
-    spec: dict[str, Any], train_split: dict[str, np.ndarray], val_split: dict[str, np.ndarray], classes: list[str]
+    spec: dict[str, Any], train_split: dict[str, np.ndarray], val_split: dict[str, np.ndarray], classes: list[str], rows: np.ndarray
 ) -> tuple[cnn.CNNConfig, list[dict[str, Any]], dict[int, dict[str, torch.Tensor]]]:
-    """(config, every epoch's metrics, every epoch's state) of a reference `spec`; deterministic from the seed on CPU."""
+    """(config, every epoch's metrics, every epoch's state) of a reference `spec` trained on the train `rows` (the
+    labelled subset: rffm.training.labels.options_rows); deterministic from the seed on CPU."""
     options = spec["train"]
-    rows = options_rows(options, train_split["label"], train_split["snr_db"])  # the labelled subset (all rows by default)
     iq = torch.from_numpy(np.ascontiguousarray(train_split["iq"][rows], np.float32))
     labels = torch.from_numpy(train_split["label"][rows].astype(np.int64))
     val_iq = torch.from_numpy(np.ascontiguousarray(val_split["iq"], np.float32))
