@@ -79,6 +79,37 @@ def test_pooled_taps_and_rows_of_differing_taps_feed_one_head():
     assert head.from_record(head.config_record(model.config)).config == model.config
 
 
+def test_a_head_reads_only_the_taps_it_names_from_whole_rows():
+    """train.head.taps: the head picks its taps from the row it is fed, and equals a head built on those taps alone."""
+    outputs = [{"name": f"output {i}", "tokens": 5, "dim": 8} for i in range(3)]
+    stacked = {"classes": ["a", "b"], "shapes": {"train": [4, 3, 5, 8]}, "taps": outputs}
+    rows = torch.randn(4, 3, 5, 8)
+    mixed = [{"name": "pool", "tokens": 1, "dim": 6}, {"name": "blocks.1", "tokens": 8, "dim": 4}]
+    flat = {"classes": ["a", "b"], "shapes": {"train": [4, 38]}, "taps": mixed}
+    flat_rows = torch.randn(4, 38)
+    cases = [
+        (stacked, ["output 1"], rows, {"shapes": {"train": [4, 5, 8]}}, rows[:, 1]),
+        (stacked, ["output 2", "output 0"], rows, {"shapes": {"train": [4, 2, 5, 8]}}, rows[:, [0, 2]]),
+        (flat, ["blocks.1"], flat_rows, {"shapes": {"train": [4, 8, 4]}}, flat_rows[:, 6:].view(4, 8, 4)),
+    ]
+    for meta, names, fed, alone_shape, alone_rows in cases:
+        torch.manual_seed(0)
+        reader = head.build({"hidden": 8, "dropout": 0.0, "taps": names}, meta).eval()
+        torch.manual_seed(0)
+        alone = head.build({"hidden": 8, "dropout": 0.0}, {**meta, **alone_shape, "taps": []}).eval()
+        assert torch.equal(reader(fed), alone(alone_rows)), names
+        assert head.from_record(head.config_record(reader.config)).config == reader.config
+    assert head.config_record(head.build({"hidden": 8, "dropout": 0.1, "taps": ["output 1"]}, stacked).config)["read"] == [1]
+    every = head.build({"hidden": 8, "dropout": 0.1, "taps": ["output 2", "output 1", "output 0"]}, stacked)
+    assert "read" not in head.config_record(every.config)  # naming every tap is the default head
+    with pytest.raises(ConfigError) as error:
+        head.build({"hidden": 8, "dropout": 0.1, "taps": ["blocks.2"]}, flat)
+    assert one_line(error) == (
+        "train.head.taps: ['blocks.2'] is not a list of distinct taps of this cache (its taps: ['pool', 'blocks.1']). "
+        "Fix: name taps the backbone's cache holds, each once."
+    )
+
+
 def test_a_uniform_head_saves_the_config_it_always_saved():
     model = head.build({"hidden": 8, "dropout": 0.1}, {"classes": ["a", "b"], "shapes": {"train": [10, 4, 16, 64]}, "taps": []})
     assert head.config_record(model.config) == {"dim": 64, "classes": 2, "hidden": 8, "dropout": 0.1, "layers": 4}

@@ -121,9 +121,37 @@ def test_the_schema_names_what_can_be_swept_in_one_line():
     tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03], "train.batch_size": [8]}
     assert config.problems(tiny) == [
         "runs.base.sweep: unknown key(s) 'train.batch_size'. Fix: remove or rename it; allowed here: train.head.dropout, "
-        "train.head.hidden, train.label_smoothing, train.lr, train.lr_decay_per_epoch, train.warmup_steps, train.weight_decay"
+        "train.head.hidden, train.head.taps, train.label_smoothing, train.lr, train.lr_decay_per_epoch, train.warmup_steps, "
+        "train.weight_decay"
     ]
     tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03]}
+    assert config.problems(tiny) == []
+
+
+def test_a_sweep_over_taps_names_its_members_by_their_taps_and_plans_only_taps_the_cache_holds():
+    from conftest import tiny_config
+    from rffm import config
+
+    grid = {"train.head.taps": [["output 1"], ["output 0", "output 1"]], "train.lr": [0.01]}
+    assert [m["name"] for m in sweep.members({"run": "r", "sweep": grid})] == [
+        "head.taps=output 1,lr=0.01",
+        "head.taps=output 0+output 1,lr=0.01",
+    ]
+    assert sweep.member_train({"head": {"hidden": 8}}, {"train.head.taps": ["output 1"]}) == {"head": {"hidden": 8, "taps": ["output 1"]}}
+    tiny = tiny_config()
+    tiny["backbones"]["mini"]["arch"]["output_layers"] = 2
+    tiny["runs"]["base"]["sweep"] = {"train.head.taps": [["output 1"], ["output 2"]]}
+    assert config.problems(tiny) == [
+        "runs.base.sweep.train.head.taps: 'output 2' is not a tap of backbone mini (its cache holds output 0, output 1). "
+        "Fix: name taps from that list"
+    ]
+    del tiny["runs"]["base"]["sweep"]
+    tiny["runs"]["base"]["train"]["head"] = {"taps": ["blocks.0"]}
+    assert config.problems(tiny) == [
+        "runs.base.train.head.taps: 'blocks.0' is not a tap of backbone mini (its cache holds output 0, output 1). "
+        "Fix: name taps from that list"
+    ]
+    tiny["runs"]["base"]["train"]["head"] = {"taps": ["output 1"]}
     assert config.problems(tiny) == []
 
 

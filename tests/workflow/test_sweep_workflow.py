@@ -112,3 +112,40 @@ def _bytes_file(tmp_path: Path, data: bytes) -> Path:
     path = tmp_path / "before.zip"
     path.write_bytes(data)
     return path
+
+
+TAPS = [["output 0"], ["output 1"], ["output 0", "output 1"]]
+
+
+def test_a_sweep_over_taps_reads_one_cache_and_qualifies_the_chosen_heads_taps(tmp_path: Path):
+    """Which cached taps the head reads, as a sweep key: unknown names refused at plan time, then one cache, one exposure."""
+    config = tiny_config()
+    config["backbones"]["mini"]["arch"]["output_layers"] = 2
+    config["runs"]["base"]["train"]["epochs"] = 2
+    config["runs"]["base"]["sweep"] = {"train.head.taps": [*TAPS, ["output 2"]]}
+    write_config(tmp_path, config)
+    refused = snakemake(tmp_path, "-n", check=False)
+    assert refused.returncode != 0
+    said = "runs.base.sweep.train.head.taps: 'output 2' is not a tap of backbone mini (its cache holds output 0, output 1)"
+    assert said in refused.stderr
+    config["runs"]["base"]["sweep"] = {"train.head.taps": TAPS}
+    write_config(tmp_path, config)
+    snakemake(tmp_path)
+    names = ["head.taps=output 0", "head.taps=output 1", "head.taps=output 0+output 1"]
+    assert sweep.bundle_members(bundle_files(tmp_path, 2)) == names
+    card = json.loads((tmp_path / "results/runs/base/selection/model_card.json").read_text())
+    chosen = TAPS[names.index(card["sweep"]["member"])]
+    assert card["head_config"].get("read") == (None if len(chosen) == 2 else [int(chosen[0][-1])])
+    assert card["head_config"]["layers"] == len(chosen)
+    manifest = json.loads((tmp_path / "results/runs/base/qualification/run_manifest.json").read_text())
+    assert manifest["qualification"]["exposure_count"] == 1
+    # a member equals the plain run of its taps: the same cache, only the epochs planned again
+    config["runs"]["base"].pop("sweep")
+    config["runs"]["base"]["train"]["head"] = {"taps": ["output 1"]}
+    alone = copy_workdir(tmp_path, tmp_path.parent / f"{tmp_path.name}-alone")
+    write_config(alone, config)
+    planned = planned_jobs(alone, "validation_selection")
+    assert not [job for job in planned if job.startswith(("build_cache", "pretrain", "stage"))], planned
+    snakemake(alone, "validation_selection")
+    plain = (alone / "results/runs/base/epochs/2/checkpoint.pt").read_bytes()
+    assert sweep.read_member(bundle_files(tmp_path, 2), "head.taps=output 1", "checkpoint.pt") == plain

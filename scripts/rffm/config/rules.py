@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.config.schema import DIRECTORY_KEYS, ROOT_WRITES
+from rffm.model.taps import declared_names
 
 SPLIT_TOLERANCE = 1e-6  # as staging checks it
 MAX_SNR_POINTS = 1000
@@ -141,6 +142,25 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
     return problems
 
 
+def head_tap_problems(config: dict[str, Any]) -> list[str]:
+    """The taps a run's head reads (train.head.taps, each sweep value) are taps its backbone's cache holds."""
+    problems = []
+    for run, spec in config["runs"].items():
+        names = declared_names(config["backbones"][spec["backbone"]])
+        if names is None:
+            continue  # a probe tells: train_epoch checks them against the cache record
+        asked = [(f"runs.{run}.train.head.taps", spec["train"]["head"].get("taps"))]
+        asked += [(f"runs.{run}.sweep.train.head.taps", value) for value in (spec.get("sweep") or {}).get("train.head.taps", [])]
+        for where, taps in asked:
+            unknown = [tap for tap in taps or [] if tap not in names]
+            if unknown:
+                problems.append(
+                    f"{where}: {unknown[0]!r} is not a tap of backbone {spec['backbone']} (its cache holds {', '.join(names)}). "
+                    "Fix: name taps from that list"
+                )
+    return problems
+
+
 def _is_root(value: str, resolve: bool) -> bool:
     path = Path(os.path.realpath(value) if resolve else os.path.normpath(value))
     return path.is_absolute() and path.parent == path
@@ -164,4 +184,4 @@ def cross_field_errors(config: dict[str, Any]) -> list[str]:
     problems = []
     for name, spec in config["datasets"].items():
         problems += dataset_problems(name, spec)
-    return problems + backbone_problems(config)
+    return problems + backbone_problems(config) + head_tap_problems(config)

@@ -3,6 +3,8 @@
 A cache row (rffm.data.cache_format) is [T, D] (one tap), [k, T, D] (k taps of one shape) or, when the taps
 differ in tokens or width, [F]: the taps' [T_i, D_i] states flattened and concatenated in tap order.
 `build` makes the head for a cache record; `from_record` / `config_record` load and save its config.
+A head may read only some of the row's taps (train.head.taps): it is still fed whole rows and picks
+its taps itself, so qualification, export and predict need nothing but its config record.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from rffm.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class HeadConfig:
     """Attention-pooling + MLP head shape; `layers` > 1 mixes that many cached taps first.
 
     `hidden` and `dropout` come from the schema-filled `train.head` (defaults live only in the config schema);
-    `taps` ((tokens, width) per tap) is set only for flat rows [F] of taps that differ in shape.
+    `taps` ((tokens, width) per tap) is set only for flat rows [F] of taps that differ in shape; `read` (positions
+    of the row's taps, in row order) only when the head reads some of them (`layers` then counts those it reads).
     """
 
     dim: int
@@ -28,6 +33,7 @@ class HeadConfig:
     dropout: float
     layers: int
     taps: tuple[tuple[int, int], ...] | None = None  # a row layout, not a setting: None = uniform [T, D] / [k, T, D] rows
+    read: tuple[int, ...] | None = None  # None = every tap of the row
 
 
 class AttentionPoolHead(nn.Module):
@@ -48,15 +54,24 @@ class AttentionPoolHead(nn.Module):
             nn.Linear(config.hidden, config.classes),
         )
         if config.taps:  # taps narrower than the widest are projected to it (created last: a uniform head's init is unchanged)
-            self.project = nn.ModuleList(nn.Identity() if width == config.dim else nn.Linear(width, config.dim) for _, width in config.taps)
+            self.project = nn.ModuleList(
+                nn.Identity() if width == config.dim else nn.Linear(width, config.dim) for _, width in self.read_taps()
+            )
+
+    def read_taps(self) -> list[tuple[int, int]]:
+        """(tokens, width) of the flat row's taps this head reads."""
+        return [tap for index, tap in enumerate(self.config.taps) if self.config.read is None or index in self.config.read]
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """[B, F] -> one [B, T_i, dim] per tap (projected to the common width)."""
-        parts, start = [], 0
-        for (tokens, width), project in zip(self.config.taps, self.project, strict=True):
-            parts.append(project(flat[:, start : start + tokens * width].view(-1, tokens, width)))
-            start += tokens * width
-        return parts
+        """[B, F] -> one [B, T_i, dim] per tap read (projected to the common width)."""
+        starts = [0]
+        for tokens, width in self.config.taps:
+            starts.append(starts[-1] + tokens * width)
+        read = range(len(self.config.taps)) if self.config.read is None else self.config.read
+        return [
+            project(flat[:, starts[index] : starts[index + 1]].view(-1, *self.config.taps[index]))
+            for index, project in zip(read, self.project, strict=True)
+        ]
 
     def mix(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, layers, T, D] (or [B, F] of differing taps) -> [B, T', D]: each tap normalized, weighted by a learned softmax."""
@@ -70,6 +85,8 @@ class AttentionPoolHead(nn.Module):
             return torch.cat(
                 [self.layer_norm(part) * weight for part, weight in zip(parts, weights, strict=True)], dim=1
             )  # tokens side by side
+        if self.config.read is not None:  # stacked rows [B, k, T, D]: the taps read
+            hidden = hidden[:, self.config.read[0]] if self.config.layers == 1 else hidden[:, list(self.config.read)]
         if self.config.layers == 1:
             return hidden
         weights = torch.softmax(self.layer_weights, dim=0).view(1, -1, 1, 1)
@@ -83,29 +100,54 @@ class AttentionPoolHead(nn.Module):
         return self.mlp(pooled)
 
 
+def read_positions(names: list[str] | None, cache: dict[str, Any], where: str = "train.head.taps") -> tuple[int, ...] | None:
+    """Positions (row order) of the named taps in a cache record's taps; None when every tap is read."""
+    if names is None:
+        return None
+    cached = [tap["name"] for tap in cache["taps"]]
+    if sorted(set(names)) == sorted(cached):
+        return None
+    unknown = [name for name in names if name not in cached]
+    if unknown or len(set(names)) != len(names) or not names:
+        raise ConfigError(
+            f"{where}: {names} is not a list of distinct taps of this cache (its taps: {cached}). "
+            f"Fix: name taps the backbone's cache holds, each once."
+        )
+    return tuple(index for index, name in enumerate(cached) if name in names)
+
+
 def build(options: dict[str, Any], cache: dict[str, Any]) -> AttentionPoolHead:
     """The head for a cache record's `cache` block (or the node-local cache's meta.json): its row shape and taps; `options` = train.head."""
     row = cache["shapes"]["train"][1:]
     classes = len(cache["classes"])
+    options = dict(options)
+    read = read_positions(options.pop("taps", None), cache)
     if len(row) == 1:  # flat row of taps that differ in shape
         taps = tuple((int(tap["tokens"]), int(tap["dim"])) for tap in cache["taps"])
-        config = HeadConfig(dim=max(dim for _, dim in taps), classes=classes, layers=len(taps), taps=taps, **options)
+        widths = [dim for index, (_, dim) in enumerate(taps) if read is None or index in read]
+        config = HeadConfig(dim=max(widths), classes=classes, layers=len(widths), taps=taps, read=read, **options)
     else:
-        config = HeadConfig(dim=row[-1], classes=classes, layers=row[0] if len(row) == 3 else 1, **options)
+        layers = len(read) if read is not None else row[0] if len(row) == 3 else 1
+        config = HeadConfig(dim=row[-1], classes=classes, layers=layers, read=read, **options)
     return AttentionPoolHead(config)
 
 
 def config_record(config: HeadConfig) -> dict[str, Any]:
-    """The config as saved in checkpoints and artifacts (`taps` only when set, so uniform heads save what they always did)."""
+    """The config as saved in checkpoints and artifacts (`taps`, `read` only when set, so uniform heads save what they always did)."""
     record = asdict(config)
-    if record["taps"] is None:
-        del record["taps"]
-    else:
+    for key in ("taps", "read"):
+        if record[key] is None:
+            del record[key]
+    if "taps" in record:
         record["taps"] = [list(tap) for tap in record["taps"]]
+    if "read" in record:
+        record["read"] = list(record["read"])
     return record
 
 
 def from_record(record: dict[str, Any]) -> AttentionPoolHead:
     """A head (untrained) from a saved config record."""
-    taps = record.get("taps")
-    return AttentionPoolHead(HeadConfig(**{**record, "taps": tuple(tuple(t) for t in taps) if taps else None}))
+    taps, read = record.get("taps"), record.get("read")
+    return AttentionPoolHead(
+        HeadConfig(**{**record, "taps": tuple(tuple(t) for t in taps) if taps else None, "read": tuple(read) if read else None})
+    )

@@ -53,6 +53,20 @@ def tap_names(taps: dict[str, Any], count: int) -> list[str]:
     return [f"output {taps['select'][i]}" if taps.get("select") else f"output {i}" for i in range(count)]
 
 
+def declared_names(backbone: dict[str, Any]) -> list[str] | None:
+    """The names its cache will give a backbone's taps, where the config alone says them (None: only a probe can tell)."""
+    taps = spec_for(backbone)["taps"]
+    if taps.get("modules"):
+        return list(taps["modules"])
+    if taps.get("method"):
+        return None
+    if backbone["source"] in ("pretrain", "random") and not taps.get("select"):
+        return tap_names(taps, int(backbone.get("arch", {}).get("output_layers", 1)))
+    if taps.get("select"):
+        return tap_names(taps, len(taps["select"]))
+    return None
+
+
 def row_shape(taps: list[tuple[int, int]]) -> list[int]:
     """A cache row's shape: [T, D] (one tap), [k, T, D] (k taps of one shape) or [F] (taps of differing shapes)."""
     if len(taps) == 1:

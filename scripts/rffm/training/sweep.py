@@ -35,6 +35,7 @@ SWEEP_KEYS = (
     "train.lr_decay_per_epoch",
     "train.head.hidden",
     "train.head.dropout",
+    "train.head.taps",
 )
 ORDER_TEXT = "itertools.product over the sweep's keys in the order written, values in the order written (last key fastest)"
 BUNDLE_FORMAT = "rffm-sweep-epoch/1"
@@ -49,8 +50,9 @@ def grid(spec: dict[str, Any]) -> list[tuple[str, list[Any]]]:
 
 
 def member_name(settings: dict[str, Any]) -> str:
-    """A member's readable, stable name: its swept settings without the `train.` prefix."""
-    return ",".join(f"{key.removeprefix('train.')}={value}" for key, value in settings.items()) or "default"
+    """A member's readable, stable name: its swept settings without the `train.` prefix (a list of taps joined by +)."""
+    shown = {key: "+".join(map(str, value)) if isinstance(value, list) else value for key, value in settings.items()}
+    return ",".join(f"{key.removeprefix('train.')}={value}" for key, value in shown.items()) or "default"
 
 
 def members(spec: dict[str, Any]) -> list[dict[str, Any]]:
