@@ -63,7 +63,7 @@ if wanted == "cpu" and cuda:
 endef
 export torch_check
 
-.PHONY: setup run test lint floor compare docs clean torch-choice example-weights
+.PHONY: setup run test lint floor compare rml2018-compare docs clean torch-choice example-weights
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -123,6 +123,12 @@ floor: setup
 	$(BIN)/rffm compare results --config config/config.yaml config/examples/random_floor.yaml
 
 compare: floor
+
+# RadioML 2018-shaped synthetic data (1024 samples, 11 classes, varying symbol rates): floor | frozen backbone |
+# end-to-end at k = 5, 20 and all labels per (class, SNR), in results-rml2018/ (config/examples/rml2018_synthetic.yaml).
+rml2018-compare: setup
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --directory results-rml2018 --configfile config/examples/rml2018_synthetic.yaml --replace-workflow-config $(RUN_CONFIG)
+	$(BIN)/rffm compare results-rml2018/results --config config/examples/rml2018_synthetic.yaml
 
 # Regenerate config/REFERENCE.md from the config schema.
 docs: setup

@@ -74,3 +74,20 @@ def test_hidden_states_of_kept_tokens_only():
 def test_unknown_stem_or_too_many_output_layers_is_a_config_error(change):
     with pytest.raises(ConfigError, match="stem must be one of"):
         backbone.IQPatchTransformer(backbone.BackboneArch(**{**ARCH.__dict__, **change}))
+
+
+def test_the_multirate_stem_is_the_rf_stem_at_each_symbol_period_of_its_bank():
+    iq = backbone.normalize(torch.randn(3, 2, 256))
+    features = backbone.multirate_features(iq, backbone.rate_filters())
+    assert features.shape == (3, 9 * len(backbone.RATE_BANK), 256)
+    for index, period in enumerate(backbone.RATE_BANK):  # each branch: the rf stem's features at lag p, band 0.64 / p
+        taps = 2 * round(1.5 * period) + 1
+        alone = backbone.rf_features(iq, period, backbone.lowpass_matrix(256, min(0.45, 0.64 / period), taps))
+        assert torch.allclose(features[:, 9 * index : 9 * (index + 1)], alone, atol=1e-5), period
+    assert torch.allclose(backbone.rate_filters().sum(dim=-1), torch.ones(len(backbone.RATE_BANK), 1))  # unit DC gain
+    multirate = {"length": 256, "patch": 8, "dim": 16, "depth": 1, "heads": 2, "stem": "rf-multirate", "output_layers": 2}
+    model = backbone.build(backbone.BackboneArch(**{**SCHEMA_ARCH, **multirate}), seed=0).eval()
+    rotated = torch.stack([iq[:, 0] * 0.6 - iq[:, 1] * 0.8, iq[:, 0] * 0.8 + iq[:, 1] * 0.6], dim=1)
+    with torch.no_grad():
+        assert model(iq).shape == (3, 2, 32, 16)
+        assert torch.allclose(model(rotated), model(iq), atol=1e-4)  # blind to carrier phase, as the rf stem

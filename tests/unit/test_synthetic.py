@@ -49,4 +49,33 @@ def test_low_snr_is_noisier_than_high_snr():
 
 def test_unknown_class_is_refused():
     with pytest.raises(ValueError, match="unknown synthetic classes"):
-        synthetic.generate(small(classes=["BPSK", "OOK"]), seed=0)
+        synthetic.generate(small(classes=["BPSK", "OFDM"]), seed=0)
+
+
+def test_the_2018_classes_extend_the_generator_without_changing_the_2016_ones():
+    spec = small(classes=synthetic.CLASSES)
+    iq, labels, _ = synthetic.generate(spec, seed=5)
+    old, old_labels, _ = synthetic.generate(small(), seed=5)
+    assert np.array_equal(iq[labels < 11], old) and np.array_equal(labels[labels < 11], old_labels)
+    assert np.allclose((iq**2).sum(axis=1).mean(axis=1), 1.0, atol=1e-4)
+    assert synthetic.CLASSES[:11] == synthetic.RML2016_CLASSES
+    clean = synthetic.Impairments(cfo_max=0, sro_max=0, fading=False, phase_noise_std=0, iq_gain_db_max=0, iq_phase_deg_max=0)
+    rng = np.random.default_rng(0)
+    ook = synthetic.modulate("OOK", 256, 8, rng)
+    assert np.ptp(np.abs(ook)) > 0.5 and np.allclose(ook.imag, 0)  # on/off keying of a real pulse train
+    gmsk = synthetic.modulate("GMSK", 256, 8, rng)
+    assert np.allclose(np.abs(gmsk), 1.0)  # constant envelope
+    ssb = synthetic.channel(synthetic.modulate("AM-SSB-SC", 1024, 8, rng), 30.0, clean, rng)
+    assert abs(np.mean(ssb)) < 0.2  # no carrier
+
+
+def test_a_list_of_samples_per_symbol_draws_each_examples_bandwidth():
+    def bandwidth(sps) -> float:  # mean fraction of the band holding 90 % of the power, BPSK at 30 dB
+        iq, _, _ = synthetic.generate(small(classes=["BPSK"], snr_db=[30.0], length=1024, examples_per_class_snr=8, sps=sps), seed=0)
+        power = np.abs(np.fft.fft(iq[:, 0] + 1j * iq[:, 1], axis=1)) ** 2
+        ordered = np.sort(power, axis=1)[:, ::-1].cumsum(axis=1) / power.sum(axis=1, keepdims=True)
+        return float((ordered < 0.9).sum(axis=1).mean() / 1024)
+
+    wide, narrow = bandwidth((4,)), bandwidth((16,))
+    assert 2.5 < wide / narrow < 6  # a quarter of the symbol period: about four times the band
+    assert narrow < bandwidth((4, 16)) < wide  # a mix of both

@@ -198,11 +198,11 @@ class SyntheticSource:
         grid = options.get("snr_db", {"min": -20, "max": 18, "step": 2})
         snrs = list(np.arange(grid["min"], grid["max"] + grid["step"] / 2, grid["step"]).round(6).tolist())
         self.gen = synthetic.SyntheticSpec(
-            classes=list(options.get("classes", synthetic.CLASSES)),
+            classes=list(options.get("classes", synthetic.RML2016_CLASSES)),
             snr_db=snrs,
             examples_per_class_snr=int(options.get("examples_per_class_snr", 100)),
             length=int(options.get("length", 128)),
-            sps=int(options.get("sps", 8)),
+            sps=tuple(map(int, sps)) if isinstance(sps := options.get("sps", 8), list) else int(sps),
             impairments=synthetic.Impairments(**options.get("impairments", {})),
         )
         self.seed = int(spec["seed"])

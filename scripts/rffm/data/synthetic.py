@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-CLASSES = ["BPSK", "QPSK", "8PSK", "16QAM", "64QAM", "PAM4", "GFSK", "CPFSK", "AM-DSB", "AM-SSB", "WBFM"]
-LINEAR = {"BPSK", "QPSK", "8PSK", "16QAM", "64QAM", "PAM4"}
+# RadioML 2016's classes, then those of RadioML 2018's "normal" subset it lacks (appended: a class's index
+# seeds its examples, so the 2016 classes' examples never change).
+RML2016_CLASSES = ["BPSK", "QPSK", "8PSK", "16QAM", "64QAM", "PAM4", "GFSK", "CPFSK", "AM-DSB", "AM-SSB", "WBFM"]
+CLASSES = [*RML2016_CLASSES, "OOK", "4ASK", "OQPSK", "GMSK", "AM-DSB-SC", "AM-SSB-SC", "FM"]
+LINEAR = {"BPSK", "QPSK", "8PSK", "16QAM", "64QAM", "PAM4", "OOK", "4ASK", "OQPSK"}
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,11 @@ class Impairments:
 class SyntheticSpec:
     """What to generate: classes x SNR grid x examples per (class, SNR)."""
 
-    classes: list[str] = field(default_factory=lambda: list(CLASSES))
+    classes: list[str] = field(default_factory=lambda: list(RML2016_CLASSES))
     snr_db: list[float] = field(default_factory=lambda: list(range(-20, 20, 2)))
     examples_per_class_snr: int = 100
     length: int = 128
-    sps: int = 8
+    sps: int | tuple[int, ...] = 8  # a tuple: each example's samples/symbol drawn from it (2018-like bandwidth diversity)
     impairments: Impairments = field(default_factory=Impairments)
 
 
@@ -70,12 +73,14 @@ def constellation(name: str) -> np.ndarray:
     """Unit-average-power constellation points of a linear modulation."""
     if name == "BPSK":
         points = np.array([1, -1], complex)
-    elif name == "QPSK":
+    elif name in ("QPSK", "OQPSK"):
         points = np.exp(1j * (np.pi / 4 + np.pi / 2 * np.arange(4)))
     elif name == "8PSK":
         points = np.exp(1j * 2 * np.pi * np.arange(8) / 8)
-    elif name == "PAM4":
+    elif name in ("PAM4", "4ASK"):
         points = np.array([-3, -1, 1, 3], complex)
+    elif name == "OOK":
+        points = np.array([0, 1], complex)
     else:
         side = {"16QAM": 4, "64QAM": 8}[name]
         levels = np.arange(-(side - 1), side, 2)
@@ -104,14 +109,19 @@ def modulate(name: str, n: int, sps: int, rng: np.random.Generator) -> np.ndarra
         symbols = n // sps + 16
         upsampled = np.zeros(symbols * sps, complex)
         upsampled[::sps] = rng.choice(constellation(name), symbols)
+        if name == "OQPSK":  # the quadrature rail half a symbol late
+            upsampled = upsampled.real + 1j * np.roll(upsampled.imag, sps // 2)
         offset = rng.integers(4 * sps, 5 * sps)
         return np.convolve(upsampled, taps, mode="same")[offset : offset + n]
-    if name in ("GFSK", "CPFSK"):
+    if name in ("GFSK", "CPFSK", "GMSK"):
         symbols = n // sps + 8
         freq = np.repeat(rng.choice([-1.0, 1.0], symbols), sps)
         if name == "GFSK":
             freq = np.convolve(freq, gaussian_taps(0.35, sps), mode="same")
             index = rng.uniform(0.2, 0.35)
+        elif name == "GMSK":  # minimum shift: index 0.5, BT 0.3
+            freq = np.convolve(freq, gaussian_taps(0.3, sps), mode="same")
+            index = 0.5
         else:
             index = rng.uniform(0.4, 0.6)
         phase = np.pi * index / sps * np.cumsum(freq)
@@ -120,12 +130,14 @@ def modulate(name: str, n: int, sps: int, rng: np.random.Generator) -> np.ndarra
     m = message(n, rng)
     if name == "AM-DSB":
         return (1 + rng.uniform(0.3, 0.9) * m).astype(complex)
-    if name == "AM-SSB":
+    if name == "AM-DSB-SC":
+        return m.astype(complex)
+    if name in ("AM-SSB", "AM-SSB-SC"):
         spectrum = np.fft.fft(m)
         spectrum[1 : n // 2] *= 2
         spectrum[n // 2 + 1 :] = 0
-        return np.fft.ifft(spectrum) + rng.uniform(0, 0.5)
-    if name == "WBFM":
+        return np.fft.ifft(spectrum) + (rng.uniform(0, 0.5) if name == "AM-SSB" else 0)
+    if name in ("WBFM", "FM"):
         return np.exp(1j * 2 * np.pi * rng.uniform(0.05, 0.3) * np.cumsum(m))
     raise ValueError(f"unknown synthetic class {name!r}; known: {', '.join(CLASSES)}")
 
@@ -166,7 +178,8 @@ def stratum(spec: SyntheticSpec, seed: int, name: str, snr: float) -> np.ndarray
     rng = np.random.default_rng([seed, CLASSES.index(name), int(round(snr * 100)) + 100_000])
     iq = np.empty((spec.examples_per_class_snr, 2, spec.length), np.float32)
     for row in range(len(iq)):
-        x = channel(modulate(name, spec.length, spec.sps, rng), float(snr), spec.impairments, rng)
+        sps = spec.sps if isinstance(spec.sps, int) else int(rng.choice(spec.sps))
+        x = channel(modulate(name, spec.length, sps, rng), float(snr), spec.impairments, rng)
         iq[row, 0], iq[row, 1] = x.real, x.imag
     return iq
 

@@ -2,7 +2,10 @@
 
 Stems: `iq` embeds raw IQ patches linearly; `rf` first computes phase-invariant features per
 sample from the low-passed signal (envelope, lag-1 product, and the lag-`patch` product with its
-phase multiplied by 1, 2 and 4) and embeds patches of those. With `output_layers` k > 1 the model
+phase multiplied by 1, 2 and 4) and embeds patches of those; `rf-multirate` computes the same
+features once per symbol period of a bank (2 to 32 samples), each from the signal low-passed to the
+bandwidth of that period, so which symbol rate and band a signal has is left to the weights that
+pretraining learns, not fixed by the patch or one generator. With `output_layers` k > 1 the model
 returns the last k of [embedding, block 1, ..., last block (normed)] stacked: [B, k, T, D].
 """
 
@@ -46,17 +49,23 @@ class BackboneArch:
         return (*layers, self.tokens, self.dim)
 
 
-STEM_CHANNELS = {"iq": 2, "rf": 9}
+RATE_BANK = (2, 4, 8, 16, 32)  # symbol periods (samples) rf-multirate computes features for
+STEM_CHANNELS = {"iq": 2, "rf": 9, "rf-multirate": 9 * len(RATE_BANK)}
 LOWPASS_CUTOFF = 0.08  # cycles/sample: about the band edge of RML-style signals at 8 samples/symbol; cuts most of the noise
 LOWPASS_TAPS = 23
 
 
-def lowpass_matrix(length: int, cutoff: float = LOWPASS_CUTOFF, count: int = LOWPASS_TAPS) -> torch.Tensor:
-    """[L, L] matrix of a Hann-windowed sinc low-pass FIR with unit DC gain ('same' zero-padded convolution)."""
+def lowpass_taps(cutoff: float, count: int) -> torch.Tensor:
+    """float64 taps of a Hann-windowed sinc low-pass FIR with unit DC gain."""
     n = torch.arange(count, dtype=torch.float64) - (count - 1) / 2
     window = torch.hann_window(count + 2, periodic=False, dtype=torch.float64)[1:-1]
     taps = torch.sinc(2 * cutoff * n) * window
-    taps = taps / taps.sum()
+    return taps / taps.sum()
+
+
+def lowpass_matrix(length: int, cutoff: float = LOWPASS_CUTOFF, count: int = LOWPASS_TAPS) -> torch.Tensor:
+    """[L, L] matrix of a Hann-windowed sinc low-pass FIR with unit DC gain ('same' zero-padded convolution)."""
+    taps = lowpass_taps(cutoff, count)
     offset = torch.arange(length).view(-1, 1) - torch.arange(length).view(1, -1) + (count - 1) // 2  # [input, output]
     inside = (offset >= 0) & (offset < count)
     return torch.where(inside, taps[offset.clamp(0, count - 1)], 0.0).float()
@@ -71,7 +80,30 @@ def lag_product(i: torch.Tensor, q: torch.Tensor, lag: int) -> tuple[torch.Tenso
 
 def rf_features(iq: torch.Tensor, lag: int, lowpass: torch.Tensor) -> torch.Tensor:
     """[B, 2, L] -> [B, 9, L] carrier-phase-invariant features of the low-passed signal."""
-    smooth = iq @ lowpass
+    return phase_features(iq @ lowpass, lag)
+
+
+def rate_filters() -> torch.Tensor:
+    """[len(RATE_BANK), 1, K] low-pass FIRs, one per symbol period p: cutoff 0.64 / p (0.08 at p = 8, as the rf stem)."""
+    count = 3 * max(RATE_BANK) + 1  # odd; the narrowest band needs the longest filter
+    filters = []
+    for period in RATE_BANK:
+        used = 2 * round(1.5 * period) + 1
+        taps = lowpass_taps(min(0.45, 0.64 / period), used)
+        filters.append(F.pad(taps, ((count - used) // 2, (count - used) // 2)))
+    return torch.stack(filters).unsqueeze(1).float()
+
+
+def multirate_features(iq: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
+    """[B, 2, L] -> [B, 9 x len(RATE_BANK), L]: rf_features at each symbol period of the bank, each in its own band."""
+    batch, _, length = iq.shape
+    smooth = F.conv1d(iq.reshape(batch * 2, 1, length), filters, padding=filters.shape[-1] // 2)  # [2B, bank, L]
+    smooth = smooth.view(batch, 2, len(RATE_BANK), length)
+    return torch.cat([phase_features(smooth[:, :, index], period) for index, period in enumerate(RATE_BANK)], dim=1)
+
+
+def phase_features(smooth: torch.Tensor, lag: int) -> torch.Tensor:
+    """[B, 2, L] low-passed IQ -> [B, 9, L]: envelope, lag-1 product, lag-`lag` product with its phase times 1, 2, 4."""
     i, q = smooth[:, 0], smooth[:, 1]
     channels = [torch.sqrt(i * i + q * q)]
     for k, powers in ((1, (1,)), (lag, (1, 2, 4))):
@@ -117,6 +149,8 @@ class IQPatchTransformer(nn.Module):
         self.arch = arch
         self.embed = nn.Linear(STEM_CHANNELS[arch.stem] * arch.patch, arch.dim)
         self.register_buffer("lowpass", lowpass_matrix(arch.length), persistent=False)
+        if arch.stem == "rf-multirate":
+            self.register_buffer("rate_filters", rate_filters(), persistent=False)
         self.position = nn.Parameter(torch.zeros(1, arch.tokens, arch.dim))
         self.mask_token = nn.Parameter(torch.zeros(1, 1, arch.dim))
         self.blocks = nn.ModuleList(Block(arch.dim, arch.heads, arch.mlp_ratio) for _ in range(arch.depth))
@@ -132,6 +166,8 @@ class IQPatchTransformer(nn.Module):
     def stem(self, iq: torch.Tensor) -> torch.Tensor:
         """[B, 2, L] IQ -> [B, C, L] per-sample stem channels (unit-RMS IQ, or its RF features)."""
         iq = normalize(iq)
+        if self.arch.stem == "rf-multirate":
+            return multirate_features(iq, self.rate_filters)
         return rf_features(iq, self.arch.patch, self.lowpass) if self.arch.stem == "rf" else iq
 
     def hidden_states(self, iq: torch.Tensor, mask: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> list[torch.Tensor]:
