@@ -86,15 +86,3 @@ def test_import_checks_the_expected_sha256(dataset_dir: Path, tmp_path: Path):
     with pytest.raises(IntegrityError, match="config expects"):
         import_checkpoint({**spec, "sha256": "0" * 64}, tmp_path / "other")
 
-
-def test_stretched_views_slow_the_symbol_rate_and_no_stretch_draws_nothing():
-    time = torch.arange(512, dtype=torch.float32)
-    tone = torch.stack([torch.cos(2 * torch.pi * 0.1 * time), torch.sin(2 * torch.pi * 0.1 * time)]).expand(4, 2, 512)
-    slowed = pretrain.stretched(tone.contiguous(), torch.Generator().manual_seed(0), 2.0)
-    assert slowed.shape == tone.shape
-    peaks = torch.fft.fft(torch.complex(slowed[:, 0], slowed[:, 1])).abs().argmax(dim=1) / 512
-    assert ((peaks >= 0.1 / 2 - 0.005) & (peaks <= 0.1 + 0.002)).all() and (peaks < 0.098).any()  # f / factor, factor in [1, 2]
-    iq = torch.randn(3, 2, 64)
-    plain = pretrain.channel_view(iq, torch.Generator().manual_seed(1), 8)
-    assert torch.equal(pretrain.channel_view(iq, torch.Generator().manual_seed(1), 8, 1.0), plain)  # same draws, same view
-    assert not torch.equal(pretrain.channel_view(iq, torch.Generator().manual_seed(1), 8, 1.5), plain)

@@ -32,23 +32,8 @@ def masked_patch_loss(
     return F.mse_loss(decoder(hidden[mask]), target[mask]), hidden
 
 
-def stretched(iq: torch.Tensor, generator: torch.Generator, most: float) -> torch.Tensor:
-    """Each example resampled slower by a random factor in [1, most] (linear interpolation), a random window of it kept."""
-    batch, _, length = iq.shape
-    factor = 1 + (most - 1) * torch.rand(batch, 1, generator=generator)
-    start = torch.rand(batch, 1, generator=generator) * (length - 1) * (1 - 1 / factor)
-    position = (start + torch.arange(length) / factor).clamp(0, length - 1)  # input sample index of each output sample
-    below = position.floor().long().clamp(max=length - 2)
-    weight = (position - below).unsqueeze(1)
-    index = below.unsqueeze(1).expand(-1, 2, -1)
-    return torch.gather(iq, 2, index) * (1 - weight) + torch.gather(iq, 2, index + 1) * weight
-
-
-def channel_view(iq: torch.Tensor, generator: torch.Generator, max_shift: int, stretch: float = 1.0) -> torch.Tensor:
-    """A label-preserving random view: phase rotation, small CFO, circular time shift (per example), extra noise;
-    with stretch > 1 first a slower symbol rate (stretched), so two views differ in symbol rate and bandwidth."""
-    if stretch > 1:
-        iq = stretched(iq, generator, stretch)
+def channel_view(iq: torch.Tensor, generator: torch.Generator, max_shift: int) -> torch.Tensor:
+    """A label-preserving random view: phase rotation, small CFO, circular time shift (per example), extra noise."""
     batch, _, length = iq.shape
     time = torch.arange(length)
     phase = 2 * math.pi * torch.rand(batch, 1, generator=generator)
@@ -88,7 +73,7 @@ def segment_contrastive_loss(model, projector, iq, options, generator, device) -
     """
     embeddings = []
     for keep in token_halves(len(iq), model.arch.tokens, generator):
-        view = channel_view(iq, generator, model.arch.patch, options.get("stretch_max", 1.0)).to(device)
+        view = channel_view(iq, generator, model.arch.patch).to(device)
         embeddings.append(projector(model.hidden_states(view, keep=keep.to(device))[-1].mean(dim=1)))
     return contrastive_loss(*embeddings, options["temperature"])
 
@@ -107,7 +92,7 @@ def pretraining_loss(model, decoder, projector, iq, options, generator, device=t
         return segment_contrastive_loss(model, projector, iq, options, generator, device)
     if options["objective"] == "masked_patch":
         return masked_patch_loss(model, decoder, iq.to(device), mask())[0]
-    views = [channel_view(iq, generator, model.arch.length // 4, options.get("stretch_max", 1.0)).to(device) for _ in range(2)]
+    views = [channel_view(iq, generator, model.arch.length // 4).to(device) for _ in range(2)]
     losses, embeddings = [], []
     for view in views:
         loss, hidden = masked_patch_loss(model, decoder, view, mask())
