@@ -85,4 +85,3 @@ def test_import_checks_the_expected_sha256(dataset_dir: Path, tmp_path: Path):
     assert sha256_file(tmp_path / "imported/backbone.pt") == spec["sha256"]
     with pytest.raises(IntegrityError, match="config expects"):
         import_checkpoint({**spec, "sha256": "0" * 64}, tmp_path / "other")
-
