@@ -148,7 +148,8 @@ class IQPatchTransformer(nn.Module):
             raise ConfigError(f"backbone arch: stem must be one of {sorted(STEM_CHANNELS)}, output_layers 1..depth+1; got {asdict(arch)}")
         self.arch = arch
         self.embed = nn.Linear(STEM_CHANNELS[arch.stem] * arch.patch, arch.dim)
-        self.register_buffer("lowpass", lowpass_matrix(arch.length), persistent=False)
+        if arch.stem == "rf":  # [L, L]: 64 MB at 4096 samples, so only where it is used
+            self.register_buffer("lowpass", lowpass_matrix(arch.length), persistent=False)
         if arch.stem == "rf-multirate":
             self.register_buffer("rate_filters", rate_filters(), persistent=False)
         self.position = nn.Parameter(torch.zeros(1, arch.tokens, arch.dim))

@@ -100,7 +100,7 @@ class AttentionPoolHead(nn.Module):
         return self.mlp(pooled)
 
 
-def read_positions(names: list[str] | None, cache: dict[str, Any], where: str = "train.head.taps") -> tuple[int, ...] | None:
+def read_positions(names: list[str] | None, cache: dict[str, Any]) -> tuple[int, ...] | None:
     """Positions (row order) of the named taps in a cache record's taps; None when every tap is read."""
     if names is None:
         return None
@@ -110,7 +110,7 @@ def read_positions(names: list[str] | None, cache: dict[str, Any], where: str = 
     unknown = [name for name in names if name not in cached]
     if unknown or len(set(names)) != len(names) or not names:
         raise ConfigError(
-            f"{where}: {names} is not a list of distinct taps of this cache (its taps: {cached}). "
+            f"train.head.taps: {names} is not a list of distinct taps of this cache (its taps: {cached}). "
             f"Fix: name taps the backbone's cache holds, each once."
         )
     return tuple(index for index, name in enumerate(cached) if name in names)
@@ -136,12 +136,9 @@ def config_record(config: HeadConfig) -> dict[str, Any]:
     """The config as saved in checkpoints and artifacts (`taps`, `read` only when set, so uniform heads save what they always did)."""
     record = asdict(config)
     for key in ("taps", "read"):
-        if record[key] is None:
-            del record[key]
-    if "taps" in record:
-        record["taps"] = [list(tap) for tap in record["taps"]]
-    if "read" in record:
-        record["read"] = list(record["read"])
+        value = record.pop(key)
+        if value is not None:
+            record[key] = [list(tap) for tap in value] if key == "taps" else list(value)
     return record
 
 

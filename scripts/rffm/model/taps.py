@@ -60,10 +60,10 @@ def declared_names(backbone: dict[str, Any]) -> list[str] | None:
         return list(taps["modules"])
     if taps.get("method"):
         return None
-    if backbone["source"] in ("pretrain", "random") and not taps.get("select"):
-        return tap_names(taps, int(backbone.get("arch", {}).get("output_layers", 1)))
     if taps.get("select"):
         return tap_names(taps, len(taps["select"]))
+    if backbone["source"] in ("pretrain", "random"):
+        return tap_names(taps, int(backbone.get("arch", {}).get("output_layers", 1)))
     return None
 
 
