@@ -54,8 +54,12 @@ def test_the_programs_agree_with_the_module_at_any_batch_size(written: Path, tmp
     figures = export.check(tmp_path, module, written / export.PROGRAM, written / export.ONNX, recorded=None)
     assert figures["pt2"]["labels_identical"] == figures["onnx"]["labels_identical"] == 40
     assert figures["pt2"]["max_abs_logit_difference"] == 0.0
-    assert figures["onnx"]["logit_tolerance"] == export.ONNX_LOGIT_TOLERANCE == {"atol": 1e-4, "rtol": 1e-3}
-    assert 0.0 <= figures["onnx"]["tolerance_used"] <= 1.0
+    backbone_half, head = figures["onnx"]["backbone"], figures["onnx"]["head"]
+    assert backbone_half["state_tolerance"] == export.ONNX_STATE_TOLERANCE == {"atol": 1e-5, "rtol": 1e-4}
+    assert 0.0 < backbone_half["max_abs_state_difference"] <= 1e-5 + 1e-4 * backbone_half["max_abs_state"]
+    assert 0.0 <= backbone_half["tolerance_used"] <= 1.0 and backbone_half["bf16_roundings_differing"] >= 0
+    assert head["logit_tolerance"] == export.ONNX_LOGIT_TOLERANCE == {"atol": 1e-4, "rtol": 1e-3}
+    assert 0.0 <= head["tolerance_used"] <= 1.0 and head["labels_identical"] == 40
     assert figures["onnx"]["max_abs_logit_difference"] <= 1e-4 + 1e-3 * figures["onnx"]["max_abs_logit"]
     program = torch.export.load(written / export.PROGRAM).module()
     with h5py.File(val, "r") as handle:
@@ -80,6 +84,15 @@ def test_a_disagreeing_export_is_refused(written: Path, tmp_path: Path):
     val_split(tmp_path / "val.h5")
     with pytest.raises(IntegrityError, match=r"the exported pt2 program disagrees with rffm's evaluation \(\d+ of 40 labels identical"):
         export.check(tmp_path, classifier(1), written / export.PROGRAM, written / export.ONNX, recorded=None)
+
+
+def test_an_onnx_file_of_another_classifier_is_refused_by_its_head_half(written: Path, tmp_path: Path):
+    """The backbone half is exported from the module under check; the ONNX file under test must match rffm's head on it."""
+    val_split(tmp_path / "val.h5")
+    other = classifier(1)
+    export.save_program(export.torch_program(other, ARCH.length), tmp_path / export.PROGRAM, {"classes": ["a", "b", "c"]})
+    with pytest.raises(IntegrityError, match=r"the exported ONNX program's head disagrees with rffm's evaluation \(\d+ of 40 labels"):
+        export.check(tmp_path, other, tmp_path / export.PROGRAM, written / export.ONNX, recorded=None)
 
 
 def test_the_onnx_tolerance_scales_with_each_examples_logits():
