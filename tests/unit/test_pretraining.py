@@ -1,3 +1,4 @@
+import json
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rffm.errors import IntegrityError
 from rffm.model import backbone
 from rffm.records import step as step_module
 from rffm.records.files import sha256_file
+from rffm.records.sentinel import read_sentinel
 from rffm.training import pretraining as pretrain
 
 DATASET = {
@@ -26,8 +28,12 @@ BACKBONE = {
     "source": "pretrain",
     "dataset": "t",
     "arch": {"patch": 8, "dim": 16, "depth": 1, "heads": 2, "stem": "iq", "output_layers": 1},
-    "pretrain": {"epochs": 2, "batch_size": 8},
+    "pretrain": {"epochs": 2, "batch_size": 8, "min_steps": 0},
 }
+
+
+def backbone_fingerprint(sentinel: Path) -> str:
+    return read_sentinel(sentinel)["backbone"]["fingerprint"]
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +48,35 @@ def test_pretraining_reduces_its_loss_and_is_deterministic(dataset_dir: Path, tm
     spec = {**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "epochs": 6, "objective": objective}}
     make_backbone(spec, dataset_dir, tmp_path / "a")
     make_backbone(spec, dataset_dir, tmp_path / "b")
-    losses = __import__("json").loads((tmp_path / "a/pretrain_log.json").read_text())["loss_by_epoch"]
+    losses = json.loads((tmp_path / "a/pretrain_log.json").read_text())["loss_by_epoch"]
     assert losses[-1] < losses[0]
     assert sha256_file(tmp_path / "a/backbone.pt") == sha256_file(tmp_path / "b/backbone.pt")
+
+
+def test_min_steps_raises_the_epochs_of_a_small_train_split_and_nothing_else(dataset_dir: Path, tmp_path: Path):
+    # 24 train rows at batch 8: 3 optimizer steps per epoch, so 2 epochs are 6 steps and min_steps 10 needs 4 epochs
+    raised = make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "min_steps": 10}}, dataset_dir, tmp_path / "raised")
+    asked = make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "epochs": 4}}, dataset_dir, tmp_path / "asked")
+    log = json.loads((tmp_path / "raised/pretrain_log.json").read_text())
+    assert log["epochs_run"] == len(log["loss_by_epoch"]) == 4 and log["options"]["epochs"] == 2
+    assert backbone_fingerprint(raised) == backbone_fingerprint(asked)  # the same weights as 4 epochs asked for
+    enough = make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "min_steps": 6}}, dataset_dir, tmp_path / "enough")
+    assert json.loads((tmp_path / "enough/pretrain_log.json").read_text())["epochs_run"] == 2
+    none = make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "epochs": 0, "min_steps": 10}}, dataset_dir, tmp_path / "none")
+    random = make_backbone({**BACKBONE, "source": "random"}, dataset_dir, tmp_path / "random")
+    assert backbone_fingerprint(none) == backbone_fingerprint(random)  # 0 epochs: the initial weights, not min_steps' worth
+
+
+@pytest.mark.parametrize(
+    ("epochs", "examples", "expected"),
+    [(20, 13_200, 20), (10, 13_728, 10), (6, 3_432, 36), (10, 228_800, 10), (0, 3_432, 0), (6, 0, 6)],
+)
+def test_epochs_to_run_at_the_default_min_steps(epochs: int, examples: int, expected: int):
+    # the default data (1,040 steps), the 1024-sample recipe (540), its pilot (6 x 14 = 84 steps: raised to 36 x 14 = 504),
+    # the capped RadioML 2018 example; 0 epochs and an empty split are left as they are
+    options = entry_defaults("backbones", {**BACKBONE, "pretrain": {"epochs": epochs}})["pretrain"]
+    assert options["min_steps"] == 500 and options["batch_size"] == 256
+    assert pretrain.epochs_to_run(options, examples) == expected
 
 
 def test_random_source_is_the_seeded_initializer(dataset_dir: Path, tmp_path: Path):

@@ -33,7 +33,7 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, d
             model, losses = pretrain_weights(arch, train_iq, options, device)
         info = {"source": spec["source"], "name": spec["name"], "pretrain": options if spec["source"] == "pretrain" else None}
         fingerprint = backbone.save(step.out_dir / "backbone.pt", model, info)
-        atomic_write_json(step.out_dir / "pretrain_log.json", {"loss_by_epoch": losses, "options": options})
+        atomic_write_json(step.out_dir / "pretrain_log.json", {"loss_by_epoch": losses, "epochs_run": len(losses), "options": options})
         step.output("backbone.pt")
         step.output("pretrain_log.json")
         step.facts["backbone"] = {"name": spec["name"], "source": spec["source"], "fingerprint": fingerprint, "arch": asdict(arch)}

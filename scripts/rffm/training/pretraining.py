@@ -101,10 +101,23 @@ def pretraining_loss(model, decoder, projector, iq, options, generator, device=t
     return sum(losses) / 2 + contrastive_loss(*embeddings, options["temperature"])
 
 
+def epochs_to_run(options: dict[str, Any], examples: int) -> int:
+    """The configured epochs, raised until pretraining takes at least `min_steps` optimizer steps (0 epochs stay 0).
+
+    Measured on 1024-sample data (workflow/docs/performance.md): 84 steps left the features below their own random
+    floor, 504 steps put them 7.6 points above it; the number of steps mattered, not the number of examples.
+    """
+    epochs = int(options["epochs"])
+    steps_per_epoch = math.ceil(examples / options["batch_size"])
+    if epochs == 0 or steps_per_epoch == 0:
+        return epochs
+    return max(epochs, math.ceil(options["min_steps"] / steps_per_epoch))
+
+
 def pretrain_weights(
     arch: backbone.BackboneArch, iq: np.ndarray, options: dict[str, Any], device: torch.device | str = "cpu"
 ) -> tuple[backbone.IQPatchTransformer, list[float]]:
-    """Self-supervised pretraining on IQ only (labels never seen); returns the model and epoch losses.
+    """Self-supervised pretraining on IQ only (labels never seen); returns the model and the losses of the epochs run.
 
     `iq` may be a memory map (dataset.map_iq): each batch is gathered from it, so a train split larger
     than RAM pretrains without being loaded.
@@ -124,7 +137,8 @@ def pretrain_weights(
     params = list(model.parameters()) + list(decoder.parameters()) + list(projector.parameters())
     optimizer = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"])
     steps_per_epoch = math.ceil(len(iq) / options["batch_size"])
-    total = max(1, steps_per_epoch * options["epochs"])
+    epochs = epochs_to_run(options, len(iq))
+    total = max(1, steps_per_epoch * epochs)
     warmup = max(1, total // 20)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
@@ -133,7 +147,12 @@ def pretrain_weights(
     losses = []
     model.train()
     progress = Progress("pretrain_backbone", total=total, unit="batch")
-    for epoch in range(options["epochs"]):
+    if epochs > options["epochs"]:
+        progress.note(
+            f"{options['epochs']} epochs of {steps_per_epoch} optimizer steps are fewer than min_steps {options['min_steps']}: "
+            f"running {epochs} epochs"
+        )
+    for epoch in range(epochs):
         order = torch.randperm(len(iq), generator=generator).numpy()
         running, count = 0.0, 0
         for start in range(0, len(iq), options["batch_size"]):
@@ -148,6 +167,6 @@ def pretrain_weights(
             count += len(batch)
             progress.update(1, loss=f"{loss.item():.4f}")
         losses.append(running / count)
-        progress.note(f"epoch {epoch + 1}/{options['epochs']}: {options['objective']} loss {losses[-1]:.4f}")
+        progress.note(f"epoch {epoch + 1}/{epochs}: {options['objective']} loss {losses[-1]:.4f}")
     progress.close()
     return model.cpu().eval(), losses
