@@ -204,7 +204,12 @@ def test_profiling_publishes_chrome_traces_and_the_lifecycle_summary(results, tm
 def test_a_multi_layer_backbone_caches_every_output_layer(results, tmp_path: Path):
     tree = tmp_path / "results"
     shutil.copytree(results / "datasets", tree / "datasets")
-    spec = {**BACKBONE, "source": "pretrain", "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2}, "pretrain": {"epochs": 1, "min_steps": 0}}
+    spec = {
+        **BACKBONE,
+        "source": "pretrain",
+        "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2},
+        "pretrain": {"epochs": 1, "min_steps": 0},
+    }
     make_backbone(spec, tree / "datasets/t", tree / "backbones/b")
     cache_build(tree / "datasets/t", tree / "backbones/b", tree / "caches/t__b", tmp_path / "scratch", batch_size=7)
     splits, meta = open_built(tree / "caches/t__b", tmp_path / "scratch/t__b")

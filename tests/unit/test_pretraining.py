@@ -60,7 +60,7 @@ def test_min_steps_raises_the_epochs_of_a_small_train_split_and_nothing_else(dat
     log = json.loads((tmp_path / "raised/pretrain_log.json").read_text())
     assert log["epochs_run"] == len(log["loss_by_epoch"]) == 4 and log["options"]["epochs"] == 2
     assert backbone_fingerprint(raised) == backbone_fingerprint(asked)  # the same weights as 4 epochs asked for
-    enough = make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "min_steps": 6}}, dataset_dir, tmp_path / "enough")
+    make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "min_steps": 6}}, dataset_dir, tmp_path / "enough")
     assert json.loads((tmp_path / "enough/pretrain_log.json").read_text())["epochs_run"] == 2
     none = make_backbone({**BACKBONE, "pretrain": {**BACKBONE["pretrain"], "epochs": 0, "min_steps": 10}}, dataset_dir, tmp_path / "none")
     random = make_backbone({**BACKBONE, "source": "random"}, dataset_dir, tmp_path / "random")

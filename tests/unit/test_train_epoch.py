@@ -94,7 +94,12 @@ def test_a_diverged_epoch_stops_and_leaves_no_sentinel(cache_dir: Path, tmp_path
 
 
 def test_a_multi_layer_cache_trains_a_layer_mixing_head(tmp_path: Path):
-    spec = {**BACKBONE, "source": "pretrain", "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2}, "pretrain": {"epochs": 1, "min_steps": 0}}
+    spec = {
+        **BACKBONE,
+        "source": "pretrain",
+        "arch": {**BACKBONE["arch"], "stem": "rf", "output_layers": 2},
+        "pretrain": {"epochs": 1, "min_steps": 0},
+    }
     metrics = run(build_cache(tmp_path, spec), tmp_path / "run", 3)
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
     checkpoint = __import__("torch").load(tmp_path / "run/3/checkpoint.pt", weights_only=True)

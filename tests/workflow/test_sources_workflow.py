@@ -51,7 +51,12 @@ def config() -> dict:
         "cache": {"batch_size": 64},
         "datasets": {name: {**spec, "seed": 3, "splits": SPLITS} for name, spec in datasets.items()},
         "backbones": {
-            "b128": {"source": "pretrain", "dataset": "rml2016", "arch": ARCH, "pretrain": {"epochs": 1, "min_steps": 0, "batch_size": 32, "seed": 0}},
+            "b128": {
+                "source": "pretrain",
+                "dataset": "rml2016",
+                "arch": ARCH,
+                "pretrain": {"epochs": 1, "min_steps": 0, "batch_size": 32, "seed": 0},
+            },
             "b1024": {"source": "random", "dataset": "rml2018", "arch": ARCH, "pretrain": {"seed": 0}},
         },
         "runs": {
