@@ -17,7 +17,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -63,7 +63,7 @@ if wanted == "cpu" and cuda:
 endef
 export torch_check
 
-.PHONY: setup run test lint floor compare rml2018-compare docs clean torch-choice example-weights
+.PHONY: setup run test test-quick lint floor compare rml2018-compare docs clean torch-choice example-weights
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -105,10 +105,18 @@ run: setup
 example-weights: setup
 	$(BIN)/python config/examples/models/make_weights.py
 
-# Tests run on TEST_WORKERS processes (pytest-xdist), each test module on one of them (its module fixtures are built
-# once); TEST_WORKERS=0 runs them in this one. The SLURM modules share one local cluster through a lock file.
+# Tests run on TEST_WORKERS processes (pytest-xdist; three on two cores: the SLURM and Batch tests wait on their
+# schedulers much of the time), each test module on one of them (its module fixtures are built once), the longest first (tests/conftest.py: LONGEST_FIRST; the SLURM modules share one local cluster on one
+# worker); TEST_WORKERS=0 runs them in this one. The summary line and the 25 slowest tests close the output.
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q $(XDIST) --durations=25
+
+# The edit-test loop (a few minutes): the unit tests and one workflow smoke run (the tiny workflow from nothing to a
+# qualified run, then its dry run plans nothing). `make test` (and CI) run the whole suite.
+QUICK = tests/unit tests/workflow/test_workflow.py::test_complete_run_has_nothing_to_do
+test-quick: setup
+	$(BIN)/python -m pytest -q $(XDIST) --durations=10 $(QUICK)
 
 lint: setup
 	RFFM_WORKER_IMAGE=$${RFFM_WORKER_IMAGE:-example.invalid/rffm/worker@sha256:$$(printf '0%.0s' $$(seq 64))} $(BIN)/snakemake --lint

@@ -25,6 +25,64 @@ TINY = REPO / "config" / "examples" / "tiny.yaml"
 TARGET_RULES = {"final_qualification", "validation_selection"}
 
 
+# ---- how `make test` spreads the tests over its pytest-xdist workers (-n 2 --dist loadfile --no-loadscope-reorder) ----
+# Each module is one work unit, run whole on one worker (its module fixtures built once), as --dist loadfile makes it;
+# the modules of one SHARED entry are one unit (the SLURM modules: one local cluster per session, `cluster`).
+SHARED = [("test_slurm", "test_slurm_guarantees")]
+# Modules whose every test is a group of its own (they share only session fixtures): the kill battery's 23 points.
+SPLIT = {"test_kill_battery"}
+# The longest groups start first (from the 25 slowest tests `make test` prints), so that the end of the run is the
+# short modules on both workers, not one long one on one of them; every other module follows in collection order.
+LONGEST_FIRST = [
+    "test_slurm",
+    "test_googlebatch",
+    "test_sweep_workflow",
+    "test_export_workflow",
+    "test_byo",
+    "test_guarantees",
+    "test_googlebatch_guarantees",
+    "test_plans_workflow",
+    "test_workflow",
+    "test_everyday",
+    "test_restored",
+    "test_sources_workflow",
+    "test_posttrain",
+    "test_cores",
+    "test_kill_battery",  # 23 units of ~10 s each: filling in for the long ones
+    "test_examples",
+    "test_config_refusals",
+]
+
+
+def module_of(nodeid: str) -> str:
+    """A test's module name from its node id (tests/workflow/test_x.py::test_y[z] -> test_x)."""
+    return Path(nodeid.split("::")[0]).stem
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test is scheduled in: its module, its SHARED entry, or (SPLIT) itself."""
+    module = module_of(nodeid)
+    if module in SPLIT:
+        return nodeid
+    return next((names[0] for names in SHARED if module in names), module)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile's scheduler with the work units above (xdist's own loadgroup cannot group by module here)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(module_of(item.nodeid), len(first)))
+
+
 # ---- the steps as a rule calls them: specs completed with the schema's defaults ----
 
 
@@ -63,9 +121,13 @@ def tiny_text() -> str:
     return "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) :])
 
 
-def tiny_config() -> dict:
-    """A fresh copy of the tiny configuration."""
-    return yaml.safe_load(TINY.read_text())
+def tiny_config(export: bool = False) -> dict:
+    """A fresh copy of the tiny configuration. Its run is not exported unless asked (`export: false`, which plans no
+    export job): the export (torch.export and the ONNX check, most of a tiny run's time) is tested where it is looked at,
+    on `exported_workdir` and in the executors' end-to-end runs."""
+    config = yaml.safe_load(TINY.read_text())
+    config["runs"]["base"]["export"] = export
+    return config
 
 
 def write_config(workdir: Path, config: dict) -> Path:
@@ -155,6 +217,16 @@ def finished_workdir(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.fixture(scope="session")
+def exported_workdir(finished_workdir: Path, tmp_path_factory) -> Path:
+    """The finished tiny workflow with its run's export turned on: the export is the one job it plans and runs."""
+    workdir = copy_workdir(finished_workdir, tmp_path_factory.mktemp("exported") / "work")
+    write_config(workdir, tiny_config(export=True))
+    assert planned_jobs(workdir) == ["export[run=base]"]
+    snakemake(workdir)
+    return workdir
+
+
 @pytest.fixture
 def workdir(finished_workdir: Path, tmp_path: Path) -> Path:
     """A private copy of the finished tiny workflow."""
@@ -168,6 +240,21 @@ def fresh_workdir(tmp_path: Path) -> Path:
     workdir.mkdir()
     write_config(workdir, tiny_config())
     return workdir
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[object]:
+    """munged + slurmctld + slurmd on 127.0.0.1 (tests/executors/slurm_cluster.py), started once for the SLURM modules
+    (one xdist group: SHARED) and stopped by PID. tests/executors/test_slurm.py runs first, on a cluster with no job yet."""
+    import slurm_cluster
+
+    reason = slurm_cluster.unavailable_reason()
+    if reason:
+        if os.environ.get("RFFM_REQUIRE_SLURM") == "1":  # set by .ci/run, which installs SLURM
+            pytest.fail(f"RFFM_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    with slurm_cluster.LocalSlurm() as running:
+        yield running
 
 
 def wait_for(path: Path, timeout: float = 1200) -> None:

@@ -95,7 +95,7 @@ def emulator():
 @pytest.fixture(scope="module")
 def repo_checkout(tmp_path_factory) -> Path:
     """What a user runs from: a git checkout with the tiny config as config/config.yaml."""
-    return make_checkout(tmp_path_factory.mktemp("checkout"))
+    return make_checkout(tmp_path_factory.mktemp("checkout"), tiny_config(export=True))
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +261,7 @@ def test_the_profiles_network_lines_give_a_private_subnetwork(repo_checkout, emu
     create_bucket(emulator, "rffm-private")
     env = {**profile_env("rffm-private"), "RFFM_BATCH_NETWORK": "rffm-vpc", "RFFM_BATCH_SUBNETWORK": "rffm-central"}
     result, report = run_fake_batch(
-        checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", env={**env, "FAKE_BATCH_MODE": "capture"}
+        checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", *FAST, env={**env, "FAKE_BATCH_MODE": "capture"}
     )
     assert report["jobs"], output(result)
     for job in report["jobs"]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-import slurm_cluster
 
 from conftest import REPO, snakemake, tiny_config, write_config
 from rffm.records.files import read_json, sha256_file
@@ -24,18 +22,6 @@ FAST_POLLING = (
     "1",
 )
 GPU_RULES = {"pretrain_backbone", "build_cache", "train_epoch", "qualify"}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """munged + slurmctld + slurmd on 127.0.0.1, started here and stopped by PID."""
-    reason = slurm_cluster.unavailable_reason()
-    if reason:
-        if os.environ.get("RFFM_REQUIRE_SLURM") == "1":  # set by .ci/run, which installs SLURM
-            pytest.fail(f"RFFM_REQUIRE_SLURM=1 but {reason}")
-        pytest.skip(reason)
-    with slurm_cluster.LocalSlurm() as running:
-        yield running
 
 
 def test_the_slurm_profile_combines_with_the_workflow_profile(monkeypatch):
@@ -61,7 +47,7 @@ def slurm_jobs() -> dict[str, tuple[str, str]]:
 
 @pytest.mark.workflow
 def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, finished_workdir: Path):
-    config = tiny_config()
+    config = tiny_config(export=True)  # every rule on this executor, the export too
     write_config(fresh_workdir, config)
     snakemake(fresh_workdir, "--profile", str(PROFILE), *FAST_POLLING, timeout=900)
 
@@ -81,6 +67,8 @@ def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, fini
     assert jobs[steps["build_cache"]["job_id"]][1].startswith("rule_train_base")  # the group of the run's epochs
     others = [steps[r]["job_id"] for r in ("stage_dataset", "pretrain_backbone", "select_checkpoint", "qualify")]
     assert len(set(others + [steps["build_cache"]["job_id"]])) == 5
+    exported = read_json(fresh_workdir / "results/runs/base/export/provenance.json")
+    assert exported["executor"] == "slurm" and exported["job_id"] in jobs, exported
     logs = {p.stem for p in (fresh_workdir / ".snakemake/slurm_logs").rglob("*.log")}
     assert logs == set(jobs)
     assert (fresh_workdir / "scratch/tiny__mini/sentinel.json").exists()  # the node's memo of the cache, never a workflow file

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_slurm import FAST_POLLING, PROFILE, cluster, slurm_jobs  # noqa: F401 (cluster: the fixture)
+from test_slurm import FAST_POLLING, PROFILE, slurm_jobs
 
 from conftest import BIN, SNAKEFILE, plan_of, tiny_config, write_config
 from rffm.records.files import read_json, sha256_file
@@ -35,7 +35,8 @@ def two_runs(epochs: int = 3) -> dict:
     """The tiny config plus run `other` on the same dataset and backbone."""
     config = tiny_config()
     config["runs"]["base"]["train"]["epochs"] = epochs
-    config["runs"]["other"] = {"dataset": "tiny", "backbone": "mini", "train": {"epochs": 3, "lr": 0.01, "batch_size": 16, "seed": 1}}
+    other = {"dataset": "tiny", "backbone": "mini", "train": {"epochs": 3, "lr": 0.01, "batch_size": 16, "seed": 1}, "export": False}
+    config["runs"]["other"] = other  # neither run exported: the export on this executor is its end-to-end test's
     return config
 
 
@@ -78,7 +79,7 @@ def epoch_files(workdir: Path, run: str) -> dict[str, tuple[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def chain(cluster, tmp_path_factory) -> dict:  # noqa: F811
+def chain(cluster, tmp_path_factory) -> dict:
     """Steps 1 and 2: a cancelled epochs job, then the rerun on a wiped node."""
     workdir = tmp_path_factory.mktemp("slurm-chain")
     write_config(workdir, two_runs())
@@ -192,7 +193,7 @@ def test_two_runs_sharing_a_cache_both_qualify_one_gpu_per_job(chain, raised, qu
         assert "gres/gpu=2" not in shown and "gres/gpu:2" not in shown, shown
 
 
-def test_an_sbatch_rejection_is_shown_in_sbatchs_own_words(cluster, tmp_path):  # noqa: F811
+def test_an_sbatch_rejection_is_shown_in_sbatchs_own_words(cluster, tmp_path):
     """A request the site cannot grant (two GPUs on a one-GPU node) fails with sbatch's message, not `message: None`."""
     write_config(tmp_path, tiny_config())
     # --slurm-status-command etc. as everywhere here; only the resources of one rule are made impossible

@@ -81,7 +81,7 @@ def test_stale_is_not_broken_and_prune_removes_exactly_it(workdir: Path):
     stale = sorted(line.split()[1] for line in verify.stdout.splitlines() if line.startswith("STALE"))
     expected = ["results/runs/base/epochs/4", "results/runs/base/epochs/5"]
     expected += [f"results/runs/extra/{folder}" for folder in ("epochs/1", "epochs/2", "epochs/3", "qualification")]
-    expected += [f"results/runs/extra/{folder}" for folder in ("export", "report/qualification", "report/validation", "selection")]
+    expected += [f"results/runs/extra/{folder}" for folder in ("report/qualification", "report/validation", "selection")]
     assert stale == sorted(expected)
     status = rffm("status", *JUDGED, cwd=workdir)
     assert status.returncode == 0 and "base  qualified  3/3" in status.stdout and "stale: runs/extra" in status.stdout

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import rfdata
-from conftest import BIN, planned_jobs, snakemake
+from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
 from rffm.ops.predict import predict
 from rffm.records.files import sha256_file
 
@@ -40,17 +40,24 @@ def rffm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "rffm"), *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
+@pytest.fixture
+def workdir(exported_workdir: Path, tmp_path: Path) -> Path:
+    """A private copy of the exported tiny workflow."""
+    return copy_workdir(exported_workdir, tmp_path / "work")
+
+
 def test_export_is_planned_after_qualification_in_the_default_target(fresh_workdir: Path):
+    write_config(fresh_workdir, tiny_config(export=True))
     jobs = planned_jobs(fresh_workdir)
     assert "export[run=base]" in jobs
     assert "export[run=base]" not in planned_jobs(fresh_workdir, "validation_selection")  # never before the test result
 
 
-def test_export_writes_checked_programs_and_a_model_card(finished_workdir: Path):
-    body = card(finished_workdir)
+def test_export_writes_checked_programs_and_a_model_card(exported_workdir: Path):
+    body = card(exported_workdir)
     assert body["classes"] == ["BPSK", "QPSK", "16QAM", "GFSK"]
     assert body["input"]["length"] == 64 and body["input"]["name"] == "iq"
-    manifest = json.loads((finished_workdir / "results/runs/base/qualification/run_manifest.json").read_text())
+    manifest = json.loads((exported_workdir / "results/runs/base/qualification/run_manifest.json").read_text())
     assert body["backbone"]["fingerprint"] == manifest["backbone"]["fingerprint"]
     assert body["artifact"]["sha256"] == manifest["selection"]["artifact_sha256"]
     assert body["qualification"]["exposure_count"] == manifest["qualification"]["exposure_count"] == 1
@@ -64,25 +71,25 @@ def test_export_writes_checked_programs_and_a_model_card(finished_workdir: Path)
     assert head["logit_tolerance"] == {"atol": 1e-4, "rtol": 1e-3} and head["tolerance_used"] <= 1.0
     assert backbone_half["state_tolerance"] == {"atol": 1e-5, "rtol": 1e-4} and backbone_half["tolerance_used"] <= 1.0
     assert check["rffm_accuracy"] == check["pt2"]["accuracy"] == check["onnx"]["accuracy"]
-    assert check["selection_recorded_accuracy"] == selected_val_accuracy(finished_workdir) == check["rffm_accuracy"]
+    assert check["selection_recorded_accuracy"] == selected_val_accuracy(exported_workdir) == check["rffm_accuracy"]
     assert check["rffm_matches_selection"] is True
     for name in FILES[:-1]:  # published create-only under their content address, read-only
         record = body["files"][name]
-        stored = finished_workdir / "results" / record["key"]
+        stored = exported_workdir / "results" / record["key"]
         assert record["key"] == f"exports/sha256-{record['sha256']}{Path(name).suffix}"
-        assert sha256_file(stored) == record["sha256"] == sha256_file(finished_workdir / EXPORT / name)
+        assert sha256_file(stored) == record["sha256"] == sha256_file(exported_workdir / EXPORT / name)
         assert not os.access(stored, os.W_OK) or os.geteuid() == 0
         assert stored.stat().st_mode & 0o777 == 0o444
 
 
-def test_the_pt2_loads_in_a_fresh_interpreter_without_rffm(finished_workdir: Path, tmp_path: Path):
+def test_the_pt2_loads_in_a_fresh_interpreter_without_rffm(exported_workdir: Path, tmp_path: Path):
     """The program stands alone: torch only; importing rffm at all would fail in this interpreter."""
-    val = finished_workdir / "results/datasets/tiny/val.h5"
+    val = exported_workdir / "results/datasets/tiny/val.h5"
     code = (
         "import sys; sys.modules['rffm'] = None\n"  # any `import rffm...` now raises ImportError
         "import json, h5py, torch\n"
         f"extra = {{'rffm_signature.json': ''}}\n"
-        f"program = torch.export.load({str(finished_workdir / EXPORT / 'model.pt2')!r}, extra_files=extra).module()\n"
+        f"program = torch.export.load({str(exported_workdir / EXPORT / 'model.pt2')!r}, extra_files=extra).module()\n"
         f"iq = torch.from_numpy(h5py.File({str(val)!r}, 'r')['iq'][:5])\n"
         "print(json.dumps({'shape': list(program(iq).shape), 'batch1': list(program(iq[:1]).shape),\n"
         "  'classes': json.loads(extra['rffm_signature.json'])['classes'],\n"
@@ -93,6 +100,20 @@ def test_the_pt2_loads_in_a_fresh_interpreter_without_rffm(finished_workdir: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"shape": [5, 4], "batch1": [1, 4], "classes": ["BPSK", "QPSK", "16QAM", "GFSK"], "rffm": []}
+
+
+def test_turning_the_export_off_plans_nothing_deletes_nothing_and_verifies_clean(workdir: Path):
+    """runs.<run>.export is no rerun trigger: off, the plan is empty and the export folder stays (stale, listed by prune)."""
+    before = {name: (workdir / EXPORT / name).read_bytes() for name in (*FILES, "sentinel.json")}
+    write_config(workdir, tiny_config(export=False))
+    assert planned_jobs(workdir) == []
+    done = rffm("verify", "results", "--config", "config.yaml", cwd=workdir)
+    assert done.returncode == 0, done.stdout
+    listed = rffm("prune", "results", "--config", "config.yaml", "--by-config", cwd=workdir)  # the tree recorded it on
+    assert listed.returncode == 0 and str(EXPORT) in listed.stdout, listed.stdout
+    assert {name: (workdir / EXPORT / name).read_bytes() for name in before} == before
+    write_config(workdir, tiny_config(export=True))
+    assert planned_jobs(workdir) == []  # back on: the export on disk is the current one
 
 
 def test_verify_covers_the_export_and_its_published_copies(workdir: Path):
@@ -123,51 +144,51 @@ def test_touch_exports_nothing_and_a_forced_rerun_is_byte_identical(workdir: Pat
     assert sorted(p.name for p in (workdir / "results/exports").iterdir()) == exports
 
 
-def test_two_clean_runs_export_the_same_bytes(finished_workdir: Path, tmp_path: Path):
+def test_two_clean_runs_export_the_same_bytes(exported_workdir: Path, tmp_path: Path):
     """A second run from nothing, in another directory, writes a byte-identical export (and published copies)."""
     other = tmp_path / "second"
     other.mkdir()
-    (other / "config.yaml").write_text((finished_workdir / "config.yaml").read_text())
+    (other / "config.yaml").write_text((exported_workdir / "config.yaml").read_text())
     snakemake(other)
     for name in (*FILES, "sentinel.json"):
-        assert (other / EXPORT / name).read_bytes() == (finished_workdir / EXPORT / name).read_bytes(), name
+        assert (other / EXPORT / name).read_bytes() == (exported_workdir / EXPORT / name).read_bytes(), name
 
 
-def test_predict_on_the_val_split_reproduces_the_selected_val_accuracy(finished_workdir: Path, tmp_path: Path):
+def test_predict_on_the_val_split_reproduces_the_selected_val_accuracy(exported_workdir: Path, tmp_path: Path):
     out = tmp_path / "val.json"
-    done = rffm("predict", str(EXPORT), "results/datasets/tiny/val.h5", "--out", str(out), "--top-k", "2", cwd=finished_workdir)
+    done = rffm("predict", str(EXPORT), "results/datasets/tiny/val.h5", "--out", str(out), "--top-k", "2", cwd=exported_workdir)
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["windows"] == result["labelled"] == 32
-    assert result["accuracy"] == selected_val_accuracy(finished_workdir)
+    assert result["accuracy"] == selected_val_accuracy(exported_workdir)
     assert f"accuracy {result['accuracy']:.6f} on 32 labelled window(s)" in done.stdout
     first = result["rows"][0]
     assert first["where"] == "row 0" and first["label"] in result["classes"] and len(first["top"]) == 2
     assert first["top"][0][1] >= first["top"][1][1] and 0 < sum(p for _, p in first["top"]) <= 1 + 1e-6
 
 
-def test_predict_refuses_the_test_split_unless_told(finished_workdir: Path):
-    done = rffm("predict", str(EXPORT), "results/datasets/tiny/test.h5", cwd=finished_workdir)
+def test_predict_refuses_the_test_split_unless_told(exported_workdir: Path):
+    done = rffm("predict", str(EXPORT), "results/datasets/tiny/test.h5", cwd=exported_workdir)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "a staged test split; its reads belong to qualification" in done.stderr
     assert "Fix:" in done.stderr and "--i-know-this-is-test" in done.stderr
-    done = rffm("predict", str(EXPORT / "model.pt2"), "results/datasets/tiny/test.h5", "--i-know-this-is-test", cwd=finished_workdir)
+    done = rffm("predict", str(EXPORT / "model.pt2"), "results/datasets/tiny/test.h5", "--i-know-this-is-test", cwd=exported_workdir)
     assert done.returncode == 0, done.stderr
     assert len(list(csv.reader(done.stdout.splitlines()))) == 1 + 32
 
 
-def test_predict_on_a_sigmf_recording(finished_workdir: Path, tmp_path: Path):
+def test_predict_on_a_sigmf_recording(exported_workdir: Path, tmp_path: Path):
     """The project's SigMF fixture: windows of the model's length every stride samples; labelled windows get accuracy."""
     meta = rfdata.sigmf_recording(tmp_path / "capture", ["BPSK", "QPSK"], windows=4, window=64)
     total = (tmp_path / "capture.sigmf-data").stat().st_size // 8  # cf32_le: 8 bytes a sample
-    result = predict(finished_workdir / EXPORT, meta, top_k=3, batch_size=5, stride=32)
+    result = predict(exported_workdir / EXPORT, meta, top_k=3, batch_size=5, stride=32)
     assert result["windows"] == (total - 64) // 32 + 1
     assert 0 < result["labelled"] < result["windows"]  # noise gaps between the bursts carry no label
     assert {row["label"] for row in result["rows"]} == {"BPSK", "QPSK", None}
     assert result["rows"][1]["where"] == "sample 32" and len(result["rows"][1]["top"]) == 3
     assert 0.0 <= result["accuracy"] <= 1.0
     out = tmp_path / "capture.csv"
-    done = rffm("predict", str(EXPORT), str(meta.with_suffix(".sigmf-data")), "--stride", "32", "--out", str(out), cwd=finished_workdir)
+    done = rffm("predict", str(EXPORT), str(meta.with_suffix(".sigmf-data")), "--stride", "32", "--out", str(out), cwd=exported_workdir)
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(out.read_text().splitlines()))
     assert len(rows) == result["windows"]
@@ -175,15 +196,15 @@ def test_predict_on_a_sigmf_recording(finished_workdir: Path, tmp_path: Path):
     assert np.isclose(sum(r["label"] == r["class_1"] for r in rows if r["label"]) / result["labelled"], result["accuracy"])
 
 
-def test_posttrain_hands_the_export_to_the_model_directory(finished_workdir: Path, tmp_path: Path):
+def test_posttrain_hands_the_export_to_the_model_directory(exported_workdir: Path, tmp_path: Path):
     """Vertex AI: AIP_MODEL_DIR/export/ is the artifact URI a Model Registry upload names (profiles/README.md)."""
     from rffm.ops.posttrain import export_model
 
-    run_dir = finished_workdir / "results/runs/base"
-    written = export_model(finished_workdir / "results", run_dir, tmp_path / "model", "final_qualification")
+    run_dir = exported_workdir / "results/runs/base"
+    written = export_model(exported_workdir / "results", run_dir, tmp_path / "model", "final_qualification")
     assert sorted(p.name for p in (tmp_path / "model/export").iterdir()) == sorted(FILES)
     assert {p.relative_to(tmp_path / "model").as_posix() for p in written} >= {f"export/{name}" for name in FILES}
     for name in FILES:
         assert (tmp_path / "model/export" / name).read_bytes() == (run_dir / "export" / name).read_bytes()
-    selection_only = export_model(finished_workdir / "results", run_dir, tmp_path / "early", "validation_selection")
+    selection_only = export_model(exported_workdir / "results", run_dir, tmp_path / "early", "validation_selection")
     assert not [p for p in selection_only if "export" in p.parts]

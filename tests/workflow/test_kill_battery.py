@@ -52,21 +52,6 @@ POINTS += [(first_selection, "selection.json:before"), (first_selection, "sentin
 POINTS += [(forced_qualification, "run_manifest.json:after"), (forced_qualification, "metrics.json:before")]
 
 
-# About 15 s a point: `make test` runs these four; the others are marked slow (`pytest -m slow` runs them).
-EVERYDAY = {
-    ("first_qualification", "base.json:after"),
-    ("first_qualification", "run_manifest.json:before"),
-    ("first_qualification", "sentinel.json:after"),
-    ("first_selection", "sentinel.json:after"),
-}
-
-
-def marked(setup, point: str):
-    """A point as a test case, marked slow unless it is one of the everyday ones."""
-    slow = () if (setup.__name__, point) in EVERYDAY else pytest.mark.slow
-    return pytest.param(setup, point, id=f"{setup.__name__}-{point}", marks=slow)
-
-
 def deterministic_files(workdir: Path) -> dict[str, bytes]:
     """Every results file but logs and provenance records (times, hosts, pids)."""
     files = {}
@@ -77,7 +62,9 @@ def deterministic_files(workdir: Path) -> dict[str, bytes]:
     return files
 
 
-@pytest.mark.parametrize("setup, point", [marked(setup, point) for setup, point in POINTS])
+# Every point runs in `make test` (the tiny run unexported: a resume is its selection and qualification steps alone);
+# each point is a work unit of its own for pytest-xdist (conftest.SPLIT), so both workers share the battery.
+@pytest.mark.parametrize("setup, point", [pytest.param(setup, point, id=f"{setup.__name__}-{point}") for setup, point in POINTS])
 def test_a_kill_at_any_point_resumes_to_the_same_bytes(finished_workdir: Path, tmp_path: Path, setup, point: str):
     workdir = copy_workdir(finished_workdir, tmp_path / "work")
     if point.startswith(ARTIFACT):

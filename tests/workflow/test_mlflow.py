@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, copy_workdir
 
 pytestmark = pytest.mark.workflow
 
@@ -29,9 +29,10 @@ def files_under(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_runs_metrics_and_the_model_appear_once(workdir: Path):
+def test_runs_metrics_and_the_model_appear_once(exported_workdir: Path, tmp_path: Path):
     import mlflow
 
+    workdir = copy_workdir(exported_workdir, tmp_path / "work")  # the exported model is logged too
     store = workdir.parent / "mlruns"
     first = logged(store)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import BIN, TINY, sigkill_once_started
+from conftest import BIN, TINY, sigkill_once_started, tiny_config
 from rffm.ops.posttrain import storage_path
 from rffm.records.files import read_json, sha256_file
 
@@ -18,7 +19,12 @@ RUN = Path("results/runs/base")
 
 
 def posttrain_command(workdir: Path) -> list[str]:
-    return [str(BIN / "rffm"), "posttrain", "--config", str(TINY), "--hidden-state-cache-directory", str(workdir / "cache"), "--cores", "2"]
+    """The job's command on the tiny config (its export off: the export's hand-over to AIP_MODEL_DIR is
+    tests/workflow/test_export_workflow.py's test_posttrain_hands_the_export_to_the_model_directory)."""
+    config = workdir.parent / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(), sort_keys=False))
+    cache = str(workdir / "cache")
+    return [str(BIN / "rffm"), "posttrain", "--config", str(config), "--hidden-state-cache-directory", cache, "--cores", "2"]
 
 
 def posttrain_env(**aip: Path | str) -> dict[str, str]:

@@ -38,9 +38,8 @@ def three_runs(workdir: Path) -> Path:
     shutil.copytree(runs / "base", runs / "picked", symlinks=True)
     shutil.rmtree(runs / "picked/qualification")
     shutil.rmtree(runs / "picked/report/qualification")
-    shutil.rmtree(runs / "picked/export")
     shutil.copytree(runs / "base", runs / "midway", symlinks=True)
-    for done in ("epochs/2", "epochs/3", "selection", "qualification", "export", "report", "profiling"):
+    for done in ("epochs/2", "epochs/3", "selection", "qualification", "report", "profiling"):
         shutil.rmtree(runs / "midway" / done)
     config = tiny_config()
     for name in ("picked", "midway", "queued"):

@@ -45,7 +45,7 @@ def selected(tmp_path_factory) -> Path:
 def test_a_sweep_is_one_job_per_epoch_one_selection_and_one_exposure(selected: Path, tmp_path: Path):
     """Acceptance 1: 3 x 2 grid (lr x weight decay); the model card names the chosen member and lists all six."""
     workdir = copy_workdir(selected, tmp_path / "w")
-    assert [j for j in planned_jobs(workdir) if not j.startswith(("summarize", "plot"))] == ["export[run=base]", "qualify[run=base]"]
+    assert [j for j in planned_jobs(workdir) if not j.startswith(("summarize", "plot"))] == ["qualify[run=base]"]
     for epoch in (1, 2, 3):
         assert sweep.bundle_members(bundle_files(workdir, epoch)) == NAMES
     snakemake(workdir)

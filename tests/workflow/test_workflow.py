@@ -20,7 +20,6 @@ EVERY_JOB = sorted(
     + EPOCHS
     + ["select_checkpoint[run=base]", "qualify[run=base]"]
     + ["plot_training[run=base]", "summarize_manifest[run=base]"]  # report figures (rules/report.smk)
-    + ["export[run=base]"]  # the deployable classifier (rules/export.smk)
     + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]"]  # the tiny run is profiled
 )
 
@@ -159,7 +158,7 @@ def test_a_label_scarce_run_qualifies_on_k_labels_and_changing_k_never_touches_t
     config["runs"]["scarce"].pop("profiling")
     write_config(workdir, config)
     after_cache = [f"train_epoch[run=scarce, epoch={e}]" for e in (1, 2, 3)] + ["select_checkpoint[run=scarce]"]
-    reports = ["plot_training[run=scarce]", "qualify[run=scarce]", "summarize_manifest[run=scarce]", "export[run=scarce]"]
+    reports = ["plot_training[run=scarce]", "qualify[run=scarce]", "summarize_manifest[run=scarce]"]
     assert planned_jobs(workdir) == sorted(after_cache + reports)
     snakemake(workdir)
     run = workdir / "results/runs/scarce"

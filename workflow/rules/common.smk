@@ -152,8 +152,8 @@ def epoch_spec(wildcards):
 
 
 def run_spec(wildcards):
-    """The run's config for selection and qualification (profiling never changes results)."""
-    run = {k: v for k, v in run_config(wildcards.run).items() if k != "profiling"}
+    """The run's config for selection and qualification (profiling and export never change results)."""
+    run = ledger.result_config(run_config(wildcards.run))
     return as_json({"run": wildcards.run, **run, **sweep_pairs(run)})
 
 
@@ -574,7 +574,12 @@ def export_dirs(wildcards, input):
 
 
 def all_exports():
-    return [export_file(run, "sentinel.json") for run in config["runs"]]
+    """The exports of the runs that ask for one (runs.<run>.export)."""
+    return [
+        export_file(run, "sentinel.json")
+        for run, spec in config["runs"].items()
+        if spec["export"]
+    ]
 
 
 # ---- when the workflow starts executing (never on -n or --lint) ----

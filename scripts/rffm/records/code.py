@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from rffm.records.files import canonical_json
@@ -21,10 +22,20 @@ def _module_file(name: str) -> Path | None:
     return package if package.exists() else None
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of a body, nested ones too (an import is a statement: expressions need no walk)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, field, ()):
+                nested = isinstance(child, ast.excepthandler | ast.match_case)  # a clause holding statements
+                yield from _statements(child.body if nested else [child])
+
+
 def _rffm_imports(name: str, source: str) -> set[str]:
     found = set()
     package = name if _module_file(name) and _module_file(name).name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
+    for node in _statements(ast.parse(source).body):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "rffm")
         elif isinstance(node, ast.ImportFrom):

@@ -155,7 +155,9 @@ def planned_steps(config: dict) -> set[str]:
         if spec.get("dataset"):
             folders.add(dataset_folder(spec["dataset"]))
         folders |= {epoch_folder(name, epoch) for epoch in range(1, run["train"]["epochs"] + 1)}
-        folders |= {selection_folder(name), qualification_folder(name), export_folder(name)}
+        folders |= {selection_folder(name), qualification_folder(name)}
+        if run.get("export", True):
+            folders.add(export_folder(name))
         folders |= {report_folder(name, "validation"), report_folder(name, "qualification")}
         if run.get("profiling"):
             folders |= {profiling_folder(name), report_folder(name, "profiling")}

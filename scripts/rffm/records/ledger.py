@@ -188,6 +188,15 @@ def changed_keys(recorded: Any, current: Any, prefix: str = "") -> list[str]:
     return [] if recorded == current else [prefix.rstrip(".")]
 
 
+# A run's keys that say how it runs or what else it publishes (traces, an export), never what it selects or qualifies.
+EXECUTION_KEYS = ("profiling", "export")
+
+
+def result_config(run_spec: dict[str, Any]) -> dict[str, Any]:
+    """A run's config without its execution keys: what its selection and qualification depend on."""
+    return {key: value for key, value in run_spec.items() if key not in EXECUTION_KEYS}
+
+
 def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> dict[str, Any]:
     """What a run's qualified result came from: its config (but execution settings), its dataset's and
     backbone's config, and the code of the steps on its way to selection. Recorded in its ledger entry."""
@@ -202,7 +211,7 @@ def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> 
     backbone = config["backbones"][spec["backbone"]]
     made_by = backbone_step(backbone["source"])
     return {
-        "runs": {run: {key: value for key, value in spec.items() if key != "profiling"}},
+        "runs": {run: result_config(spec)},
         "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},
         "backbones": {spec["backbone"]: backbone},
         "code": {rule: code[rule] for rule in SELECTION_STEPS if rule == made_by or rule not in BACKBONE_STEPS},

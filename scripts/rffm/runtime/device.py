@@ -17,7 +17,9 @@ def setup(threads: int) -> None:
 
     torch.set_num_threads(threads)
     THREADS[:] = [threads]
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # The eager flag alone: torch.use_deterministic_algorithms also sets torch._inductor's, and importing the
+    # compiler stack for it is ~1.6 s of every step's start-up; rffm never compiles (torch.compile) a model.
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
 
 
 def granted_gpus() -> str | None:

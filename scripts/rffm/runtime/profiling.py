@@ -14,8 +14,6 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import torch
-
 SUMMARY_NAME = "cache_lifecycle_summary.json"
 PART_KEYS = ("host", "device", "duration_s", "batch_stats")
 
@@ -37,7 +35,11 @@ class PhaseTimes:
     @contextmanager
     def phase(self, name: str):
         """Time a block (and label it in the trace while tracing)."""
-        label = torch.profiler.record_function(name) if self.tracing else nullcontext()
+        label = nullcontext()
+        if self.tracing:
+            import torch  # imported where a trace is taken: summarize_profiling reads timings, never a tensor
+
+            label = torch.profiler.record_function(name)
         started = time.perf_counter()
         with label:
             try:
@@ -57,6 +59,8 @@ class BatchTracer:
         self.path, self.remaining, self.phases = (Path(path) if path else None), batch_count, phases
         self.profiler = None
         if self.path is not None and batch_count > 0:
+            import torch
+
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
