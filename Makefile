@@ -106,8 +106,9 @@ example-weights: setup
 	$(BIN)/python config/examples/models/make_weights.py
 
 # Tests run on TEST_WORKERS processes (pytest-xdist; three on two cores: the SLURM and Batch tests wait on their
-# schedulers much of the time), each test module on one of them (its module fixtures are built once), the longest first (tests/conftest.py: LONGEST_FIRST; the SLURM modules share one local cluster on one
-# worker); TEST_WORKERS=0 runs them in this one. The summary line and the 25 slowest tests close the output.
+# schedulers much of the time), each test module on one of them (its module fixtures are built once), the longest
+# first (tests/conftest.py: LONGEST_FIRST; the SLURM modules share one local cluster on one worker);
+# TEST_WORKERS=0 runs them in this one. The summary line and the 25 slowest tests close the output.
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
 	$(BIN)/python -m pytest -q $(XDIST) --durations=25

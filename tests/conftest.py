@@ -25,13 +25,13 @@ TINY = REPO / "config" / "examples" / "tiny.yaml"
 TARGET_RULES = {"final_qualification", "validation_selection"}
 
 
-# ---- how `make test` spreads the tests over its pytest-xdist workers (-n 2 --dist loadfile --no-loadscope-reorder) ----
+# ---- how `make test` spreads the tests over its pytest-xdist workers (Makefile: XDIST) ----
 # Each module is one work unit, run whole on one worker (its module fixtures built once), as --dist loadfile makes it;
 # the modules of one SHARED entry are one unit (the SLURM modules: one local cluster per session, `cluster`).
 SHARED = [("test_slurm", "test_slurm_guarantees")]
-# Modules whose every test is a group of its own (they share only session fixtures): the kill battery's 23 points.
+# Modules whose every test is a work unit of its own (they share only session fixtures): the kill battery's 23 points.
 SPLIT = {"test_kill_battery"}
-# The longest groups start first (from the 25 slowest tests `make test` prints), so that the end of the run is the
+# The longest units start first (from the 25 slowest tests `make test` prints), so that the end of the run is the
 # short modules on both workers, not one long one on one of them; every other module follows in collection order.
 LONGEST_FIRST = [
     "test_slurm",
@@ -245,7 +245,7 @@ def fresh_workdir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[object]:
     """munged + slurmctld + slurmd on 127.0.0.1 (tests/executors/slurm_cluster.py), started once for the SLURM modules
-    (one xdist group: SHARED) and stopped by PID. tests/executors/test_slurm.py runs first, on a cluster with no job yet."""
+    (one work unit: SHARED) and stopped by PID. tests/executors/test_slurm.py runs first, on a cluster with no job yet."""
     import slurm_cluster
 
     reason = slurm_cluster.unavailable_reason()
