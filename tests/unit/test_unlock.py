@@ -2,6 +2,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rffm.ops import unlock as locks
@@ -24,6 +25,8 @@ def test_a_live_or_foreign_lock_is_kept(tmp_path: Path):
     lock = make_lock(tmp_path, socket.gethostname())
     sleeper = subprocess.Popen(["bash", "-c", "exec -a snakemake-like sleep 30"], cwd=tmp_path)
     try:
+        while not Path(f"/proc/{sleeper.pid}/cmdline").read_bytes().startswith(b"snakemake-like"):
+            time.sleep(0.01)  # bash has not exec'd yet
         assert locks.live_workflow_processes(tmp_path) == [sleeper.pid]
         assert "locked by a live run" in locks.clear_stale_lock(tmp_path) and lock.exists()
     finally:
@@ -52,6 +55,8 @@ def test_the_plan_line_names_rffm_unlock_for_a_dead_lock_and_the_pid_of_a_live_o
     )
     sleeper = subprocess.Popen(["bash", "-c", "exec -a snakemake-like sleep 30"], cwd=tmp_path)
     try:
+        while not Path(f"/proc/{sleeper.pid}/cmdline").read_bytes().startswith(b"snakemake-like"):
+            time.sleep(0.01)  # bash has not exec'd yet
         live = f"rffm: {tmp_path} is locked by a live run (pid {sleeper.pid}); left alone: wait for it or stop it"
         assert locks.lock_line(tmp_path) == live
     finally:
