@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -202,29 +203,66 @@ def releasable_ledgers(tmp_path_factory) -> Iterator[None]:
     """Ledger entries the workflow made immutable (chattr +i: it can where the tests run as root) are released when the
     session ends, so that pytest can remove its old temporary directories."""
     yield
+    release_ledgers(tmp_path_factory.getbasetemp())
+
+
+def release_ledgers(root: Path) -> None:
+    """Make every ledger entry under root removable again."""
     from rffm.records.store import set_immutable
 
-    for path in tmp_path_factory.getbasetemp().rglob("ledger/*/*.json"):
+    for path in root.rglob("ledger/*/*.json"):
         set_immutable(path, False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller (or the only process) releases the trees every worker shared (`built_once`), after they all ended."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and hasattr(session.config, "_tmp_path_factory"):
+        root = session.config._tmp_path_factory.getbasetemp()
+        for shared in (path for path in root.glob("shared-*") if path.is_dir()):
+            release_ledgers(shared)
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A directory built once per test session and shared by every pytest-xdist worker (read it, copy it; never change
+    it): the first worker to ask builds it under an exclusive lock, the others wait for it and reuse it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's base directory, above every worker's popen-gw<N>
+    target, built = root / f"shared-{name}", root / f"shared-{name}.built"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this worker dies
+        if not built.exists():
+            if target.exists():  # a worker's build failed half-way: start again
+                release_ledgers(target)
+                shutil.rmtree(target)
+            target.mkdir()
+            build(target)
+            built.touch()
+    return target
 
 
 @pytest.fixture(scope="session")
 def finished_workdir(tmp_path_factory) -> Path:
-    """The tiny workflow run to completion once per session (copy it before changing anything)."""
-    workdir = tmp_path_factory.mktemp("finished")
-    write_config(workdir, tiny_config())
-    snakemake(workdir)
-    return workdir
+    """The tiny workflow run to completion once per session, for every worker (copy it before changing anything)."""
+
+    def build(workdir: Path) -> None:
+        write_config(workdir, tiny_config())
+        snakemake(workdir)
+
+    return built_once(tmp_path_factory, "finished", build)
 
 
 @pytest.fixture(scope="session")
 def exported_workdir(finished_workdir: Path, tmp_path_factory) -> Path:
     """The finished tiny workflow with its run's export turned on: the export is the one job it plans and runs."""
-    workdir = copy_workdir(finished_workdir, tmp_path_factory.mktemp("exported") / "work")
-    write_config(workdir, tiny_config(export=True))
-    assert planned_jobs(workdir) == ["export[run=base]"]
-    snakemake(workdir)
-    return workdir
+
+    def build(root: Path) -> None:
+        workdir = copy_workdir(finished_workdir, root / "work")
+        write_config(workdir, tiny_config(export=True))
+        assert planned_jobs(workdir) == ["export[run=base]"]
+        snakemake(workdir)
+
+    return built_once(tmp_path_factory, "exported", build) / "work"
 
 
 @pytest.fixture
