@@ -265,6 +265,24 @@ def exported_workdir(finished_workdir: Path, tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "exported", build) / "work"
 
 
+@pytest.fixture(scope="session")
+def selected_tree(tmp_path_factory) -> Path:
+    """The tiny workflow run to its validation selection only, once per session: never qualified, so its settings may
+    change (a qualified run's are frozen)."""
+
+    def build(workdir: Path) -> None:
+        write_config(workdir, tiny_config())
+        snakemake(workdir, "validation_selection")
+
+    return built_once(tmp_path_factory, "selected", build)
+
+
+@pytest.fixture
+def selected_workdir(selected_tree: Path, tmp_path: Path) -> Path:
+    """A private copy of the validation-selected (never qualified) tiny workflow."""
+    return copy_workdir(selected_tree, tmp_path / "selected")
+
+
 @pytest.fixture
 def workdir(finished_workdir: Path, tmp_path: Path) -> Path:
     """A private copy of the finished tiny workflow."""

@@ -128,3 +128,22 @@ def test_a_runs_selection_source_holds_the_code_of_the_step_that_built_its_backb
     found = ledger.selection_source(config, "r", code)
     assert set(found["code"]) == {"stage_dataset", made_by, "build_cache", "train_epoch", "select_checkpoint"}
     assert "profiling" not in found["runs"]["r"]
+
+
+def test_a_python_backbones_module_source_is_part_of_the_selection_source_and_its_change_names_it():
+    """Issue 34: the user module's source digest is recorded (a python backbone only), and an edit is named in the refusal
+    with the fix for code (restore it), not the fix for settings (a new run id for the changed settings)."""
+    config = {
+        "runs": {"r": {"dataset": "d", "backbone": "b", "train": {"epochs": 2}}},
+        "datasets": {"d": {"source": "synthetic"}},
+        "backbones": {"b": {"source": "python"}},
+    }
+    code = {rule: rule for rule in ("stage_dataset", "import_backbone", "build_cache", "train_epoch", "select_checkpoint")}
+    assert "user_code" not in ledger.selection_source(config, "r", code)
+    before, after = (ledger.selection_source(config, "r", code, digest) for digest in ("a" * 64, "b" * 64))
+    assert before["user_code"] == {"b": "a" * 64}
+    problem = ledger.frozen_run_problem([{**entry("r", "art-1"), "selection_source": before}], after)
+    assert "these settings changed since: source of backbones.b.python.entry_point." in problem
+    assert "Fix: restore that code, or take runs.r out of your config" in problem
+    settings = ledger.frozen_run_problem([{**entry("r", "art-1"), "selection_source": before}], {**before, "runs": {"r": {}}})
+    assert "Fix: restore runs.r and put the changed settings under a new id (copy runs.r to runs.r_2 in your config)" in settings

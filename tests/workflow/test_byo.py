@@ -36,17 +36,32 @@ def byo_config(specs: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def byo_finished(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("byo")
+def byo_selected(tmp_path_factory) -> Path:
+    """The three runs trained and selected, never qualified (their settings and code may change)."""
+    workdir = tmp_path_factory.mktemp("byo") / "selected"
+    workdir.mkdir()
     specs = backbones(user_models(workdir))
     write_config(workdir, byo_config(specs))
+    snakemake(workdir, "validation_selection")
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def byo_finished(byo_selected: Path, tmp_path_factory) -> Path:
+    """The same three runs qualified (their qualification and reports the only jobs)."""
+    workdir = copy_workdir(byo_selected, tmp_path_factory.mktemp("byo-qualified") / "work")
     snakemake(workdir)
     return workdir
 
 
 @pytest.fixture
-def byo_workdir(byo_finished: Path, tmp_path: Path) -> Path:
-    return copy_workdir(byo_finished, tmp_path / "work")
+def byo_workdir(byo_selected: Path, tmp_path: Path) -> Path:
+    return copy_workdir(byo_selected, tmp_path / "work")
+
+
+def results_files(workdir: Path) -> dict[str, bytes]:
+    """Every file under results/ with its bytes."""
+    return {p.relative_to(workdir).as_posix(): p.read_bytes() for p in sorted((workdir / "results").rglob("*")) if p.is_file()}
 
 
 def config_of(workdir: Path) -> dict:
@@ -82,11 +97,32 @@ def test_editing_the_user_class_reruns_import_cache_epochs_and_selection(byo_wor
     assert planned_jobs(byo_workdir, "validation_selection") == sorted(expected)
 
 
-def test_touching_the_weights_and_the_user_code_reruns_nothing(byo_workdir: Path):
+def test_editing_a_qualified_runs_user_class_is_refused_before_anything_runs_or_is_deleted(byo_finished: Path, tmp_path: Path):
+    """Issue 34: the ledger entry records the user module's source digest; an edit is refused for every target, in one
+    line naming it, and the tree is left byte for byte; restoring the source (the first fix) plans nothing again."""
+    workdir = copy_workdir(byo_finished, tmp_path / "work")
+    before = results_files(workdir)
+    source = workdir / "models/spectrumfm_like.py"
+    original = source.read_text()
+    source.write_text(original.replace("x = x + 0.5 * self.ff2(x)", "x = x + 0.5 * self.ff2(x)  # edited"))
+    for args in ([], ["validation_selection"], ["-n"], ["-n", "validation_selection"]):
+        refused = snakemake(workdir, *args, check=False)
+        lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.startswith("rffm: runs.spectrum")]
+        assert refused.returncode != 0 and len(lines) == 1, (args, refused.stderr[-2000:])
+        assert "source of backbones.spectrum.python.entry_point" in lines[0] and "Fix: restore that code" in lines[0]
+    assert results_files(workdir) == before
+    source.write_text(original)
+    assert planned_jobs(workdir) == []
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(workdir / "results")], capture_output=True, text=True)
+    assert verify.returncode == 0 and " 0 problem(s)" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_touching_the_weights_and_the_user_code_reruns_nothing(byo_finished: Path, tmp_path: Path):
+    workdir = copy_workdir(byo_finished, tmp_path / "work")
     later = time.time() + 5
-    for path in [*(byo_workdir / "weights").iterdir(), *(byo_workdir / "models").glob("*.py")]:
+    for path in [*(workdir / "weights").iterdir(), *(workdir / "models").glob("*.py")]:
         os.utime(path, (later, later))
-    assert planned_jobs(byo_workdir) == []
+    assert planned_jobs(workdir) == []
 
 
 @pytest.mark.parametrize("change", ["taps", "keep"])

@@ -46,16 +46,19 @@ def changed_outputs(workdir: Path, *targets: str) -> set[str]:
     return {row[0] for row in rows if row[-2] == "params changed"}
 
 
-def test_summary_names_exactly_the_outputs_whose_params_changed(workdir: Path):
-    """What the README can recommend instead of `--list-changes params` (see the next test). The run is
-    qualified, so a changed lr is looked at through the experiment target: the default target refuses it."""
+def test_summary_names_exactly_the_outputs_whose_params_changed(workdir: Path, selected_workdir: Path):
+    """What the README can recommend instead of `--list-changes params` (see the next test). On a qualified run a
+    changed lr is refused whatever the target, the refusal naming the key; on a run not yet qualified it is listed."""
     assert changed_outputs(workdir) == set()
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
-    config["runs"]["base"]["train"]["lr"] *= 2
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    refused = snakemake(workdir, "--summary", check=False)
-    assert refused.returncode != 0 and "runs.base was qualified" in refused.stderr + refused.stdout
-    changed = changed_outputs(workdir, "validation_selection")
+    for tree in (workdir, selected_workdir):
+        config = yaml.safe_load((tree / "config.yaml").read_text())
+        config["runs"]["base"]["train"]["lr"] *= 2
+        (tree / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for target in ([], ["validation_selection"]):
+        refused = snakemake(workdir, "--summary", *target, check=False)
+        assert refused.returncode != 0 and "runs.base was qualified" in refused.stderr + refused.stdout
+        assert "runs.base.train.lr" in refused.stderr + refused.stdout
+    changed = changed_outputs(selected_workdir, "validation_selection")
     assert "results/runs/base/epochs/1/sentinel.json" in changed
     assert not {path for path in changed if path.startswith(("results/datasets/", "results/backbones/"))}, changed
 

@@ -61,10 +61,17 @@ def test_a_sweep_is_one_job_per_epoch_one_selection_and_one_exposure(selected: P
     assert f"[{selection['member']}]" in status
     compare = subprocess.run([str(BIN / "rffm"), "compare", str(workdir / "results")], capture_output=True, text=True, check=True).stdout
     assert f"base [{selection['member']}]" in compare
-    # the qualified-run freeze covers the grid: changing it is refused before any job
+    # the qualified-run freeze covers the grid: changing it is refused before any job, whatever the target (issue 34:
+    # validation_selection used to reselect the qualified sweep in place, leaving its qualification BROKEN)
+    before = {p: p.read_bytes() for p in sorted((workdir / "results").rglob("*")) if p.is_file()}
     write_config(workdir, sweep_config({**GRID, "train.lr": [0.003, 0.01]}))
-    refused = snakemake(workdir, "-n", check=False)
-    assert refused.returncode != 0 and "sweep" in refused.stdout + refused.stderr
+    for target in ("final_qualification", "validation_selection"):
+        for dry in (["-n"], []):
+            refused = snakemake(workdir, *dry, target, check=False)
+            assert refused.returncode != 0 and "runs.base.sweep.train.lr" in refused.stdout + refused.stderr, (target, dry)
+    assert {p: p.read_bytes() for p in sorted((workdir / "results").rglob("*")) if p.is_file()} == before
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(workdir / "results")], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 def test_adding_an_lr_value_trains_only_the_new_members(selected: Path, tmp_path: Path):
@@ -130,6 +137,8 @@ def test_a_sweep_over_taps_reads_one_cache_and_qualifies_the_chosen_heads_taps(t
     assert said in refused.stderr
     config["runs"]["base"]["sweep"] = {"train.head.taps": TAPS}
     write_config(tmp_path, config)
+    snakemake(tmp_path, "validation_selection")
+    alone = copy_workdir(tmp_path, tmp_path.parent / f"{tmp_path.name}-alone")  # before the qualification freezes base
     snakemake(tmp_path)
     names = ["head.taps=output 0", "head.taps=output 1", "head.taps=output 0+output 1"]
     assert sweep.bundle_members(bundle_files(tmp_path, 2)) == names
@@ -142,7 +151,6 @@ def test_a_sweep_over_taps_reads_one_cache_and_qualifies_the_chosen_heads_taps(t
     # a member equals the plain run of its taps: the same cache, only the epochs planned again
     config["runs"]["base"].pop("sweep")
     config["runs"]["base"]["train"]["head"] = {"taps": ["output 1"]}
-    alone = copy_workdir(tmp_path, tmp_path.parent / f"{tmp_path.name}-alone")
     write_config(alone, config)
     planned = planned_jobs(alone, "validation_selection")
     assert not [job for job in planned if job.startswith(("build_cache", "pretrain", "stage"))], planned

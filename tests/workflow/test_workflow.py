@@ -43,29 +43,33 @@ def test_touching_every_file_reruns_nothing(workdir: Path):
     assert planned_jobs(workdir) == []
 
 
-def test_head_lr_change_reruns_only_epochs_and_selection(workdir: Path):
+def test_head_lr_change_reruns_only_epochs_and_selection(selected_workdir: Path):
     config = tiny_config()
     config["runs"]["base"]["train"]["lr"] = 0.02
-    write_config(workdir, config)
-    assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]", "plot_training[run=base]"])
+    write_config(selected_workdir, config)
+    assert planned_jobs(selected_workdir, "validation_selection") == sorted(
+        EPOCHS + ["select_checkpoint[run=base]", "plot_training[run=base]"]
+    )
 
 
-def test_more_epochs_run_only_the_new_ones(workdir: Path):
+def test_more_epochs_run_only_the_new_ones(selected_workdir: Path):
     config = tiny_config()
     config["runs"]["base"]["train"]["epochs"] = 6
-    write_config(workdir, config)
+    write_config(selected_workdir, config)
     new = [f"train_epoch[run=base, epoch={e}]" for e in (4, 5, 6)]
-    assert planned_jobs(workdir, "validation_selection") == sorted(new + ["select_checkpoint[run=base]", "plot_training[run=base]"])
+    assert planned_jobs(selected_workdir, "validation_selection") == sorted(
+        new + ["select_checkpoint[run=base]", "plot_training[run=base]"]
+    )
 
 
 UP_TO_SELECTION = sorted(job for job in EVERY_JOB if not job.startswith(("qualify", "summarize_manifest", "plot_cache", "export")))
 
 
-def test_staging_seed_change_reruns_everything(workdir: Path):
+def test_staging_seed_change_reruns_everything(selected_workdir: Path):
     config = tiny_config()
     config["datasets"]["tiny"]["seed"] = 12
-    write_config(workdir, config)
-    assert planned_jobs(workdir, "validation_selection") == sorted(set(UP_TO_SELECTION) - {"summarize_profiling[run=base]"})
+    write_config(selected_workdir, config)
+    assert planned_jobs(selected_workdir, "validation_selection") == sorted(set(UP_TO_SELECTION) - {"summarize_profiling[run=base]"})
 
 
 def test_a_scratch_without_the_cache_reruns_nothing(workdir: Path):
@@ -74,19 +78,19 @@ def test_a_scratch_without_the_cache_reruns_nothing(workdir: Path):
     assert planned_jobs(workdir) == []
 
 
-def test_code_change_reruns_that_step_and_downstream(workdir: Path, monkeypatch):
+def test_code_change_reruns_that_step_and_downstream(selected_workdir: Path, monkeypatch):
     """A different code digest for the selection step reruns selection (and qualification)."""
     from rffm.records import code
 
     assert code.code_digest("steps.select_checkpoint") != code.code_digest("steps.train_epoch")
     # simulate an edit of rffm/steps/select_checkpoint.py by changing the digest the workflow computes
-    sitecustomize = workdir / "sitecustomize.py"
+    sitecustomize = selected_workdir / "sitecustomize.py"
     sitecustomize.write_text(
         "import rffm.records.code as c\n_real = c.code_digest\n"
         "c.code_digest = lambda m: ('edited' + _real(m)) if m == 'steps.select_checkpoint' else _real(m)\n"
     )
-    monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    assert planned_jobs(workdir, "validation_selection") == sorted(["select_checkpoint[run=base]", "plot_training[run=base]"])
+    monkeypatch.setenv("PYTHONPATH", f"{selected_workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    assert planned_jobs(selected_workdir, "validation_selection") == sorted(["select_checkpoint[run=base]", "plot_training[run=base]"])
 
 
 def test_sigkill_during_an_epoch_then_rerun_incomplete_is_byte_identical(fresh_workdir: Path, finished_workdir: Path):
@@ -166,10 +170,15 @@ def test_a_label_scarce_run_qualifies_on_k_labels_and_changing_k_never_touches_t
     assert labels == {"labels_per_class_snr": 2, "labels_seed": 0, "labelled_rows": 16, "train_rows": 64}  # 4 classes x 2 SNRs x 2
     assert json.loads((run / "selection/model_card.json").read_text())["labelled_rows"] == 16
     assert json.loads((run / "qualification/run_manifest.json").read_text())["training"]["params"]["labels_per_class_snr"] == 2
-    # another k: the epochs and selection again, never the cache or the backbone ...
+    # another k never under the id whose test exposure is spent, whatever the target: the freeze names the setting ...
     config["runs"]["scarce"]["train"]["labels_per_class_snr"] = 3
     write_config(workdir, config)
-    assert planned_jobs(workdir, "validation_selection") == sorted(after_cache + ["plot_training[run=scarce]"])
-    # ... and never under the id whose test exposure is spent: the qualified-run freeze names the setting
-    refused = snakemake(workdir, "-n", check=False)
-    assert refused.returncode != 0 and "runs.scarce.train.labels_per_class_snr" in refused.stdout + refused.stderr
+    for target in ("final_qualification", "validation_selection"):
+        refused = snakemake(workdir, "-n", target, check=False)
+        assert refused.returncode != 0 and "runs.scarce.train.labels_per_class_snr" in refused.stdout + refused.stderr
+    # ... and under a new id (the refusal's fix), the epochs and selection again, never the cache or the backbone
+    config["runs"]["scarce_2"] = config["runs"]["scarce"]
+    config["runs"]["scarce"] = {**config["runs"]["scarce"], "train": {**config["runs"]["scarce"]["train"], "labels_per_class_snr": 2}}
+    write_config(workdir, config)
+    renamed = [job.replace("run=scarce]", "run=scarce_2]").replace("run=scarce,", "run=scarce_2,") for job in after_cache]
+    assert planned_jobs(workdir, "validation_selection") == sorted(renamed + ["plot_training[run=scarce_2]"])

@@ -173,8 +173,12 @@ def sweep_members(wildcards):
 
 
 def selection_source(run):
-    """What a run's selected artifact comes from (config and code); its ledger entry records it."""
-    return ledger.selection_source(config, run, CODE)
+    """What a run's selected artifact comes from (config, code, a user module's source); its ledger entry records it."""
+    backbone = config["runs"][run]["backbone"] if run in config["runs"] else None
+    user = (
+        planning.user_code(config["backbones"][backbone], backbone) if backbone else ""
+    )
+    return ledger.selection_source(config, run, CODE, user)
 
 
 # ---- execution settings (resources: how a step runs, never what it computes) ----
@@ -294,6 +298,7 @@ def cache_record(run):
 
 
 def epoch_inputs(wildcards):
+    FROZEN.refuse(wildcards.run)
     cfg = run_config(wildcards.run)
     inputs = {
         "cache": cache_record(wildcards.run),
@@ -318,6 +323,7 @@ def previous_epoch_arg(wildcards, input):
 
 
 def selection_inputs(wildcards):
+    FROZEN.refuse(wildcards.run)
     return {
         "epochs": [
             epoch_file(wildcards.run, e, "sentinel.json")
@@ -334,7 +340,8 @@ def selection_inputs(wildcards):
     }
 
 
-# a run that spent its test exposure is never trained or selected again from changed settings
+# a run that spent its test exposure is never trained, selected or qualified again from changed settings,
+# whatever the target (validation_selection too: it would reselect the qualified run in place)
 FROZEN = planning.FrozenRuns(workflow, STORE, selection_source)
 
 
@@ -468,6 +475,7 @@ def reference_spec(wildcards):
 
 
 def reference_train_inputs(wildcards):
+    FROZEN.refuse(wildcards.reference)
     dataset = config["references"][wildcards.reference]["dataset"]
     return {
         "dataset": dataset_file(dataset, "sentinel.json"),

@@ -5,6 +5,7 @@ A refusal is a PlanRefused (Snakemake prints its lines as they are); nothing her
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -86,9 +87,15 @@ def user_code(backbone: dict[str, Any], name: str) -> str:
         return ""
     python = backbone["python"]
     try:
-        return user_source(python["entry_point"], python.get("import_path"), f"backbones.{name}")["sha256"]
+        return user_source_digest(python["entry_point"], python.get("import_path"), f"backbones.{name}")
     except RffmError as error:
         raise refused(error) from None
+
+
+@functools.cache  # one read of the user's files per plan (every epoch and selection job of its runs asks)
+def user_source_digest(entry_point: str, import_path: str | None, where: str) -> str:
+    """The sha256 of the user's package source."""
+    return user_source(entry_point, import_path, where)["sha256"]
 
 
 class FrozenRuns:

@@ -197,9 +197,10 @@ def result_config(run_spec: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in run_spec.items() if key not in EXECUTION_KEYS}
 
 
-def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> dict[str, Any]:
+def selection_source(config: dict[str, Any], run: str, code: dict[str, str], user_code: str = "") -> dict[str, Any]:
     """What a run's qualified result came from: its config (but execution settings), its dataset's and
-    backbone's config, and the code of the steps on its way to selection. Recorded in its ledger entry."""
+    backbone's config, the code of the steps on its way to selection and, for a `python` backbone, the digest of
+    the user's module source (user_code). Recorded in its ledger entry."""
     if run in config.get("references", {}):  # an end-to-end reference: its dataset, its own config and training code
         spec = config["references"][run]
         return {
@@ -210,12 +211,24 @@ def selection_source(config: dict[str, Any], run: str, code: dict[str, str]) -> 
     spec = config["runs"][run]
     backbone = config["backbones"][spec["backbone"]]
     made_by = backbone_step(backbone["source"])
-    return {
+    source = {
         "runs": {run: result_config(spec)},
         "datasets": {spec["dataset"]: config["datasets"][spec["dataset"]]},
         "backbones": {spec["backbone"]: backbone},
         "code": {rule: code[rule] for rule in SELECTION_STEPS if rule == made_by or rule not in BACKBONE_STEPS},
     }
+    if user_code:  # the user's model class builds the backbone and every hidden state the head reads
+        source["user_code"] = {spec["backbone"]: user_code}
+    return source
+
+
+def changed_key_text(key: str) -> str:
+    """How a changed key of a selection source reads in the refusal (code digests say whose code)."""
+    if key.startswith("code."):
+        return f"code of {key[5:]}"
+    if key.startswith("user_code."):
+        return f"source of backbones.{key[10:]}.python.entry_point"
+    return key
 
 
 def frozen_run_problem(entries_of_run: list[dict[str, Any]], current: dict[str, Any]) -> str | None:
@@ -228,12 +241,23 @@ def frozen_run_problem(entries_of_run: list[dict[str, Any]], current: dict[str, 
         changed = changed_keys(entry.get("selection_source", {}), current)
         if changed:
             run = entry["run"]
-            keys = ", ".join(f"code of {key[5:]}" if key.startswith("code.") else key for key in changed)
+            keys = ", ".join(changed_key_text(key) for key in changed)
+            section = "references" if run in entry.get("selection_source", {}).get("references", {}) else "runs"
+            name = f"{section}.{run}"
+            if any(key.startswith(("code.", "user_code.")) for key in changed):
+                fix = (
+                    "restore that code, or take "
+                    f"{name} out of your config (its qualified records stay, listed stale) and train the changed code "
+                    "under a new run id"
+                )
+            else:
+                fix = (
+                    f"restore {name} and put the changed settings under a new id (copy {name} to {name}_2 in your "
+                    "config), then `snakemake validation_selection` trains and selects the new run alone"
+                )
             return (
-                f"runs.{run} was qualified on its test split (artifact {entry['artifact_sha256'][:12]}…) and these settings "
-                f"changed since: {keys}. Rerunning its training or selection could select another artifact, which its "
-                f"spent test exposure forbids; nothing was run or deleted. Fix: give the changed run a new id (copy "
-                f"runs.{run} under a new name), or restore the settings, or run `snakemake validation_selection` to "
-                "experiment without qualifying."
+                f"{name} was qualified on its test split (artifact {entry['artifact_sha256'][:12]}…) and these "
+                f"settings changed since: {keys}. Rerunning its training or selection could select another artifact, which "
+                f"its spent test exposure forbids; nothing was run or deleted. Fix: {fix}"
             )
     return None
