@@ -18,6 +18,7 @@ import yaml
 
 from rffm.config import entry_defaults
 from rffm.steps import build_cache, import_backbone, pretrain_backbone, stage_dataset, train_epoch
+from warm_snakemake import WarmSnakemake
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -137,8 +138,12 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
+# Snakemake's start-up (its plugins' imports) paid once per worker: tests/warm_snakemake.py.
+WARM = WarmSnakemake(str(BIN / "python"))
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True, **popen) -> subprocess.CompletedProcess:
-    """Run the real workflow in workdir with its config.yaml."""
+    """Run the real workflow in workdir with its config.yaml (a `snakemake` process forked warm: WARM)."""
     command = [
         str(BIN / "snakemake"),
         "-s",
@@ -152,7 +157,10 @@ def snakemake(workdir: Path, *args: str, check: bool = True, **popen) -> subproc
         *args,
     ]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RFFM_PLAIN_PROGRESS": "1"}
-    result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, **popen)
+    if WARM.serves(env):
+        result = WARM.run(command, workdir, env, **popen)
+    else:
+        result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, **popen)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result

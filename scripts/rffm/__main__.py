@@ -1,3 +1,3 @@
-from rffm.cli import main
+from rffm.cli import console
 
-raise SystemExit(main())
+console()

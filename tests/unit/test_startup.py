@@ -28,6 +28,13 @@ def test_the_steps_that_never_touch_a_tensor_and_the_cli_import_no_torch():
     assert "torch" not in loaded and "onnx" not in loaded
 
 
+def test_inspecting_a_results_tree_imports_no_torch():
+    """rffm status, verify, compare, prune and unlock read records and check files: no tensor, so no torch (~1.7 s each)."""
+    loaded = imported_by([f"rffm.ops.{name}" for name in ("status", "verify", "compare", "prune", "unlock")])
+    assert "rffm.data.cache_reader" in loaded  # verify opens caches (checks every byte) without torch
+    assert "torch" not in loaded
+
+
 def test_no_step_imports_snakemake_or_an_executor_plugin():
     loaded = imported_by(["rffm.cli", *(f"rffm.{step.module}" for step in STEPS)])
     assert "torch" in loaded  # the check can see an import

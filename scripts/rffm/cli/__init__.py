@@ -4,6 +4,7 @@ the everyday commands (status, verify, ...; rffm.cli.everyday). A thin layer ove
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -163,8 +164,17 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def console() -> None:
+    """The `rffm` console script (and `python -m rffm`): main(), then a normal exit."""
+    code = main()
+    # Objects frozen out of the garbage collector: the collection at exit would otherwise walk every object that torch,
+    # matplotlib and the rest created (more CPU than many a step's own work) to free memory the exit frees anyway.
+    gc.freeze()
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `rffm` console script."""
+    """The `rffm` command line: run one verb, return its exit code (tests call it in-process)."""
     args = parser().parse_args(argv)
     from rffm.records.step import THREADS
 

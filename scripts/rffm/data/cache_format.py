@@ -7,11 +7,10 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
-import torch
 
 from rffm.errors import IntegrityError
 from rffm.records.files import sha256_json
@@ -19,16 +18,23 @@ from rffm.records.layout import SENTINEL_NAME, cache_files
 from rffm.records.seal import unseal
 from rffm.records.sentinel import check_record
 
+if TYPE_CHECKING:
+    import torch
+
 SENTINEL_LABEL = "hidden-state cache sentinel"  # names the sealed sentinel in an integrity error
 
 
 def to_bf16_bits(hidden: torch.Tensor) -> np.ndarray:
     """FP32 tensor -> raw BF16 bits as uint16 (numpy has no bfloat16)."""
+    import torch  # here, not at the top: reading a cache's records (rffm status, verify) needs no torch
+
     return hidden.to(torch.bfloat16).cpu().view(torch.int16).numpy().view(np.uint16)
 
 
 def from_bf16_bits(bits: np.ndarray) -> torch.Tensor:
     """Raw BF16 bits -> FP32 tensor."""
+    import torch
+
     return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16).float()
 
 

@@ -10,10 +10,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from rffm.data.cache_format import SENTINEL_LABEL, cache_problems, from_bf16_bits, release_pages
 from rffm.errors import IntegrityError
@@ -21,6 +20,9 @@ from rffm.records.files import read_json
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, hidden_file
 from rffm.records.seal import unseal
 from rffm.runtime.profiling import PhaseTimes
+
+if TYPE_CHECKING:
+    import torch
 
 # Reader: a fault on a file mapping maps the whole page-cache folio around it (measured here:
 # ~500 KiB per scattered 2 KiB row on ext4 with large folios), so mapped pages are dropped after
@@ -44,6 +46,8 @@ class CacheSplit:
 
     def gather(self, rows: np.ndarray, phases: PhaseTimes | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """FP32 hidden states and labels for the given rows (read in sorted order)."""
+        import torch  # here: checking a cache (open_cache, for rffm verify) needs no torch
+
         rows = np.sort(rows)
         started = time.perf_counter()
         bits = self.hidden[rows]
