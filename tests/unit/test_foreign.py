@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,38 @@ def test_a_nested_key_that_is_not_there_is_one_line(workdir, monkeypatch):
         imported(root, "n", spec, monkeypatch)
     one_line(error, "no key 'state_dict'", "'model'")
     nothing_written(root / "out/n")
+
+
+def test_weights_that_do_not_fit_the_kwargs_are_one_line_and_its_fix_imports_them(workdir, monkeypatch):
+    """Issue 34: torch ends its size-mismatch line with a period; the message keeps one before Fix, not two."""
+    root, specs = workdir
+    python = specs["waves"]["python"]
+    spec = {**specs["waves"], "python": {**python, "kwargs": {**python["kwargs"], "dim": 16}}}
+    with pytest.raises(ConfigError) as error:
+        imported(root, "s", spec, monkeypatch)
+    message = one_line(error, "does not fit the model: size mismatch for ", "Fix: check python.kwargs (widths, depth) against")
+    assert ".." not in message and "]). Fix:" in message, message
+    nothing_written(root / "out/s")
+    # the Fix: python.kwargs as the checkpoint was written (tests/byo.py WAVES)
+    assert imported(root, "s", specs["waves"], monkeypatch).exists()
+
+
+def test_a_module_python_cannot_find_names_python_import_path_and_its_fix_imports_it(workdir, monkeypatch, tmp_path):
+    """Issue 34: the step imports the entry point (before it reads its source); a ModuleNotFoundError's Fix names
+    python.import_path, and setting it as the Fix says imports the backbone."""
+    root, specs = workdir
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copyfile(root / "models/wavesfm_like.py", code / "waves_elsewhere.py")
+    python = {k: v for k, v in specs["waves"]["python"].items() if k != "import_path"}
+    python["entry_point"] = "waves_elsewhere:build"
+    with pytest.raises(ConfigError) as error:
+        imported(root, "i", {**specs["waves"], "python": python}, monkeypatch)
+    one_line(
+        error,
+        "importing waves_elsewhere failed: ModuleNotFoundError: No module named 'waves_elsewhere'",
+        "Fix: set backbones.i.python.import_path to the folder that holds waves_elsewhere/ or waves_elsewhere.py",
+    )
+    nothing_written(root / "out/i")
+    # the Fix, literally: python.import_path set to the folder that holds waves_elsewhere.py
+    assert imported(root, "i", {**specs["waves"], "python": {**python, "import_path": str(code)}}, monkeypatch).exists()

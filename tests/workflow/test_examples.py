@@ -7,6 +7,7 @@ them (tests/rfdata.py); one without `datasets` is used with the default config (
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,9 +16,11 @@ import numpy as np
 import pytest
 import yaml
 
+import byo
 from conftest import BIN, REPO, planned_jobs, write_config
 from rfdata import rml2016_data, rml2018_data, sigmf_recording, write_canonical_hdf5, write_rml2016_pickle, write_rml2018_hdf5
 from rffm import config as rffm_config
+from rffm.records.files import sha256_file
 
 pytestmark = pytest.mark.workflow
 
@@ -79,3 +82,33 @@ def test_each_example_config_plans_every_run_it_defines(name: str, tmp_path: Pat
 def qualified(jobs: list[str], rule: str) -> set[str]:
     """The ids a plan qualifies with `rule` (its jobs' one wildcard value: the run or reference id)."""
     return {job.partition("=")[2].rstrip("]") for job in jobs if job.startswith(f"{rule}[")}
+
+
+def test_example_weights_are_the_bytes_the_example_configs_pin(example_weights: Path):
+    """`make example-weights` (the documented sizes), written in another directory than the pins were: the same bytes,
+    so every example that pins one of them imports it (planning compares the digest, so the plan test above fails too)."""
+    pins = {}
+    for name in ("exported_backbone", "wavesfm_like", "spectrumfm_like"):
+        for spec in yaml.safe_load((REPO / f"config/examples/{name}.yaml").read_text())["backbones"].values():
+            pins[Path(spec["path"]).name] = spec["sha256"]
+    assert set(pins) == {"spectrumfm_like.pt2", "wavesfm_like.pth", "spectrumfm_like.safetensors"}
+    assert {name: sha256_file(example_weights / "weights" / name) for name in pins} == pins
+
+
+def written_in(folder: Path) -> dict[str, str]:
+    """make_weights.write_all (at the tests' sizes) run in a fresh interpreter from a copy of the example code in folder."""
+    models = folder / "config/examples/models"
+    shutil.copytree(MODELS, models, ignore=shutil.ignore_patterns("weights", "__pycache__"))
+    code = (
+        f"import json, sys; from pathlib import Path; sys.path.insert(0, {str(models)!r}); import make_weights; "
+        f"print(json.dumps(make_weights.write_all(Path({str(models / 'weights')!r}), {byo.WAVES!r}, {byo.SPECTRUM!r}, "
+        f"{byo.EXPORTED_LAYERS!r})))"
+    )
+    done = subprocess.run([str(BIN / "python"), "-c", code], cwd=folder, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_every_file_make_example_weights_writes_is_the_same_bytes_in_any_directory(tmp_path: Path):
+    """Issue 34: the .pt2 held the checkout's absolute path (its stack traces), so each checkout had its own digest."""
+    here = byo.make_weights.write_all(tmp_path / "here", byo.WAVES, byo.SPECTRUM, byo.EXPORTED_LAYERS)  # this checkout's code
+    assert len(here) == 4 and written_in(tmp_path / "a checkout with a much longer path" / "and another level") == here

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import rfdata
 from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
@@ -128,6 +129,13 @@ def test_verify_covers_the_export_and_its_published_copies(workdir: Path):
     assert f"BROKEN {stored}: its sha256 is not the one its name promises" in done.stdout
     assert f"BROKEN {workdir.resolve() / stored}: the published copy of the exported model.onnx differs" in done.stdout
     assert f"BROKEN {EXPORT / 'weights.safetensors'}: size 11 bytes, recorded" in done.stdout
+    # every line names its fix; the published copy's, run as printed, publishes it again and rebuilds the export (issue 34)
+    published = next(line for line in done.stdout.splitlines() if "the published copy of the exported model.onnx" in line)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    fixed = subprocess.run(["bash", "-c", published.split(" Fix: ", 1)[1]], cwd=workdir, env=env, capture_output=True, text=True)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    done = rffm("verify", "results", "--config", "config.yaml", cwd=workdir)
+    assert done.returncode == 0 and "BROKEN" not in done.stdout, done.stdout
 
 
 def test_touch_exports_nothing_and_a_forced_rerun_is_byte_identical(workdir: Path):
@@ -175,6 +183,18 @@ def test_predict_refuses_the_test_split_unless_told(exported_workdir: Path):
     done = rffm("predict", str(EXPORT / "model.pt2"), "results/datasets/tiny/test.h5", "--i-know-this-is-test", cwd=exported_workdir)
     assert done.returncode == 0, done.stderr
     assert len(list(csv.reader(done.stdout.splitlines()))) == 1 + 32
+
+
+def test_predict_on_zero_windows_writes_only_the_header_without_calling_the_program(exported_workdir: Path, tmp_path: Path):
+    """The .pt2 takes a batch of 1 or more (its card and the README say so); an input with no window never calls it."""
+    empty = rfdata.write_canonical_hdf5(tmp_path / "empty.h5", np.zeros((0, 2, 64)), np.zeros(0), ["BPSK", "QPSK"])
+    done = rffm("predict", str(EXPORT), str(empty), cwd=exported_workdir)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "index,where,label\n" and done.stderr == f"{empty}: 0 window(s) classified\n"
+    program = torch.export.load(exported_workdir / EXPORT / "model.pt2").module()
+    with pytest.raises(RuntimeError, match="0 elements"):  # what predict avoids: the tiny backbone cannot reshape no window
+        program(torch.zeros(0, 2, 64))
+    assert "batch >= 1" in card(exported_workdir)["input"]["layout"]
 
 
 def test_predict_on_a_sigmf_recording(exported_workdir: Path, tmp_path: Path):

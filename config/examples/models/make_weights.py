@@ -6,8 +6,9 @@ Writes, the way the published checkpoints are saved:
   wavesfm_like.pth            {"model": state_dict, "epoch": 0, "args": kwargs}  (torch.save; load with python.key: model)
   wavesfm_like.safetensors    the same state_dict as safetensors
   spectrumfm_like.safetensors the SpectrumFM-shaped model's state_dict
-  spectrumfm_like.pt2         a torch.export program of it whose outputs are the tapped layers (dynamic batch)
-and prints each file's sha256 (the example configs pin them; same torch version -> same bytes).
+  spectrumfm_like.pt2         a torch.export program of it whose outputs are the tapped layers (dynamic batch >= 1)
+and prints each file's sha256 (the example configs pin them). The bytes hold no path of this checkout: the same
+torch version writes the same files in any directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from rffm.model.programs import program_bytes  # the .pt2 without this checkout's paths, as the exported classifier
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -52,7 +55,7 @@ def write_all(out: Path, waves: dict = WAVES, spectrum: dict = SPECTRUM, layers:
     example = torch.randn(2, spectrum["length"], 2, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
     program = torch.export.export(spectrumfm_like.LayerOutputs(model, layers), (example,), dynamic_shapes={"x": {0: batch}})
-    torch.export.save(program, str(out / "spectrumfm_like.pt2"))
+    (out / "spectrumfm_like.pt2").write_bytes(program_bytes(program))
     names = ("wavesfm_like.pth", "wavesfm_like.safetensors", "spectrumfm_like.safetensors", "spectrumfm_like.pt2")
     return {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in names}
 

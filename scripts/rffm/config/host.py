@@ -3,10 +3,14 @@ writable results and scratch, the imported files, the configured GPU. Nothing is
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from rffm.model.pins import pin_problem
+from rffm.records.files import sha256_file
 
 
 def _from_cwd(path: str) -> str:
@@ -69,18 +73,33 @@ def directory_problems(config: dict[str, Any], keys: Iterable[str]) -> list[str]
 IMPORTED_FILE = {"checkpoint": "backbone.pt", "python": "weights file", "export": ".pt2 program"}
 
 
+def pinned_file_digest(path: str | Path) -> str:
+    """The sha256 of an imported file, hashed once per process while its size and mtime stay (each plan reads it once)."""
+    stat = os.stat(path)
+    return _file_digest(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(path)
+
+
 def imported_file_problems(config: dict[str, Any]) -> list[str]:
-    """Backbone checkpoints and dataset source files that are not there."""
+    """Backbone files that are not there or not the pinned bytes, and dataset source files that are not there."""
     from rffm.data.sources import input_files
 
     problems = []
     for name, spec in config["backbones"].items():
         path = spec.get("path")
-        if spec["source"] in ("checkpoint", "python", "export") and path and not Path(path).is_file():
+        if spec["source"] not in ("checkpoint", "python", "export") or not path:
+            continue
+        if not Path(path).is_file():
             problems.append(
                 f"backbones.{name}.path: {path} {'is a directory' if Path(path).is_dir() else 'does not exist'}. "
                 f"Fix: point it at the {IMPORTED_FILE[spec['source']]} to import{_from_cwd(path)}"
             )
+        elif spec.get("sha256") and (actual := pinned_file_digest(path)) != spec["sha256"]:
+            problems.append(pin_problem(name, path, actual, spec["sha256"]))
     for name, spec in config["datasets"].items():
         key = f"datasets.{name}.{spec['source']}" + (".recordings" if spec["source"] == "sigmf" else ".path")
         for path in input_files({"name": name, **spec}):

@@ -24,7 +24,7 @@ from torch import nn
 
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model.backbone import hash_tensors
-from rffm.model.usercode import split_entry_point, user_source
+from rffm.model.usercode import import_path_fix, split_entry_point, user_source
 from rffm.records.files import sha256_file, sha256_json
 
 
@@ -37,10 +37,10 @@ def factory(entry_point: str, import_path: str | None, where: str):
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # the user's module failed to import: one line, their error named
-        raise ConfigError(
-            f"{where}.python.entry_point: importing {module_name} failed: {type(error).__name__}: {error}. "
-            f"Fix: make `import {module_name}` work."
-        ) from None
+        fix = f"Fix: make `import {module_name}` work."
+        if isinstance(error, ModuleNotFoundError):  # theirs, or one theirs imports: found through python.import_path
+            fix = import_path_fix(where, error.name or module_name)
+        raise ConfigError(f"{where}.python.entry_point: importing {module_name} failed: {type(error).__name__}: {error}. {fix}") from None
     function = getattr(module, attr, None)
     if not callable(function):
         raise ConfigError(
@@ -112,8 +112,9 @@ def load_state(model: nn.Module, state: dict[str, torch.Tensor], strict: bool, w
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as error:  # shape mismatches
         first = str(error).strip().splitlines()[1:2] or [str(error)]
+        detail = first[0].strip().rstrip(".")  # torch ends its line with a period
         raise ConfigError(
-            f"{where}: {path} does not fit the model: {first[0].strip()}. Fix: check python.kwargs (widths, depth) against the checkpoint."
+            f"{where}: {path} does not fit the model: {detail}. Fix: check python.kwargs (widths, depth) against the checkpoint."
         ) from None
     missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
     if strict and (missing or unexpected):

@@ -29,6 +29,12 @@ def split_entry_point(entry_point: str, where: str) -> tuple[str, str]:
     return module, attr
 
 
+def import_path_fix(where: str, module: str) -> str:
+    """The Fix for a module Python cannot find: the folder python.import_path names, or an installed package."""
+    top = module.split(".")[0]
+    return f"Fix: set {where}.python.import_path to the folder that holds {top}/ or {top}.py, or install the package."
+
+
 def search_path(import_path: str | None) -> list[str]:
     return [str(Path(import_path).resolve())] if import_path else list(sys.path)
 
@@ -40,10 +46,8 @@ def user_source(entry_point: str, import_path: str | None, where: str) -> dict[s
     spec = importlib.machinery.PathFinder.find_spec(top, search_path(import_path))
     if spec is None or (spec.origin in (None, "built-in", "frozen") and not spec.submodule_search_locations):
         place = f"in {import_path}" if import_path else "on the Python path (installed packages)"
-        raise ConfigError(
-            f"{where}.python.entry_point: module {top!r} of {entry_point!r} is not found {place}. "
-            f"Fix: set {where}.python.import_path to the folder that holds {top}/ or {top}.py, or install the package."
-        )
+        missing = f"{where}.python.entry_point: module {top!r} of {entry_point!r} is not found {place}."
+        raise ConfigError(f"{missing} {import_path_fix(where, top)}")
     if spec.submodule_search_locations:
         root = Path(list(spec.submodule_search_locations)[0])
         files = sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts)

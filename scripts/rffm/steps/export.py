@@ -1,6 +1,6 @@
 """export: the qualified classifier (normalisation, frozen backbone, selected head) as one deployable program.
 
-Writes runs/<run>/export/: model.pt2 (a torch.export program, dynamic batch), model.onnx (the same
+Writes runs/<run>/export/: model.pt2 (a torch.export program, dynamic batch >= 1), model.onnx (the same
 graph for ONNX runtimes), weights.safetensors (every weight of the classifier) and model_card.json.
 Each file is also published create-only under its sha256 in the results store's exports/ folder
 (like the selected artifacts: no rule's output, so Snakemake never deletes an exported model a
@@ -13,7 +13,6 @@ clean runs write the same bytes.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from torch import nn
 from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.model.head import AttentionPoolHead
+from rffm.model.programs import program_bytes
 from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
 from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, export_name, split_file
 from rffm.records.step import Step
@@ -48,7 +48,7 @@ ONNX_OPSET = 18
 ONNX_LOGIT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
 ONNX_STATE_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}  # measured: 2.9e-6 on states up to 3.75 (1024 samples, 4 layers)
 CHECK_BATCH = 256
-LAYOUT = "float32 [batch, 2, length]: I then Q samples, channels first"
+LAYOUT = "float32 [batch >= 1, 2, length]: I then Q samples, channels first"
 NORMALISATION = (
     "inside the program: per-example unit RMS of the IQ window (iq / sqrt(mean(iq^2))); the backbone's hidden "
     "states are rounded to BF16 as the training cache stored them, and the head computes in FP32"
@@ -130,19 +130,14 @@ def torch_program(module: nn.Module, length: int) -> torch.export.ExportedProgra
     """The classifier as a torch.export program with a dynamic batch dimension."""
     example = torch.zeros(2, 2, length)
     try:
-        program = torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim("batch", min=1)}}, strict=False)
+        return torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim("batch", min=1)}}, strict=False)
     except torch._dynamo.exc.UserError:  # a backbone that is itself a program brings its own batch range: keep it
-        program = torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim.AUTO}}, strict=False)
-    for node in program.graph.nodes:  # stack traces name this checkout's paths: host facts, not the model's
-        node.meta.pop("stack_trace", None)
-    return program
+        return torch.export.export(module, (example,), dynamic_shapes={"iq": {0: torch.export.Dim.AUTO}}, strict=False)
 
 
 def save_program(program: torch.export.ExportedProgram, path: Path, signature: dict[str, Any]) -> None:
-    """Write the .pt2 archive with the model's signature inside."""
-    buffer = io.BytesIO()
-    torch.export.save(program, buffer, extra_files={SIGNATURE: canonical_json(signature)})
-    atomic_write_bytes(path, buffer.getvalue())
+    """Write the .pt2 archive with the model's signature inside (no host paths: two checkouts write the same bytes)."""
+    atomic_write_bytes(path, program_bytes(program, {SIGNATURE: canonical_json(signature)}))
 
 
 def onnx_bytes(module: nn.Module, length: int) -> bytes:

@@ -10,6 +10,7 @@ from typing import Any
 
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import backbone, foreign
+from rffm.model.pins import pin_problem
 from rffm.records.files import atomic_torch_save, atomic_write_json, commit_file, sha256_file, temporary_sibling
 from rffm.records.step import Step
 
@@ -22,11 +23,8 @@ def checked_source(spec: dict[str, Any]) -> tuple[Path, str]:
     if not source.exists():
         raise ConfigError(f"backbones.{spec['name']}.path: {source} does not exist")
     actual = sha256_file(source)
-    if actual != spec["sha256"]:
-        raise IntegrityError(
-            f"backbones.{spec['name']}: {source} has sha256 {actual}, config expects {spec['sha256']}. "
-            "Fix: point `path` at the intended file, or update `sha256` if the new file is intended."
-        )
+    if actual != spec["sha256"]:  # planning refused this already, unless the file changed since
+        raise IntegrityError(pin_problem(spec["name"], source, actual, spec["sha256"]))
     return source, actual
 
 
