@@ -7,7 +7,7 @@ objects is upstream's code; what differs:
 
 - no Google credentials: upstream builds `storage.Client()` when Snakemake starts, even for
   `snakemake -n`, and ends in a 69-line `DefaultCredentialsError` traceback; here it is one
-  WorkflowError line naming the fix (`gcloud auth application-default login`, or STORAGE_EMULATOR_HOST
+  line naming the fix (`gcloud auth application-default login`, or STORAGE_EMULATOR_HOST
   for a local emulator). Refused (expired, revoked) credentials and denied requests are one line too;
 - a bucket that does not exist is an error, never created: upstream's `store_object` creates any
   missing bucket, so a typo in `default-storage-prefix` silently starts a new bucket. Each bucket is
@@ -21,6 +21,10 @@ objects is upstream's code; what differs:
   unless gcloud has a default project);
 - a bucket name that is not a valid GCS name, or still holds an unexpanded `$VARIABLE` from the
   profile, is refused before any request is made.
+
+A failure while Snakemake starts (the client, the first read of a bucket: before any job runs) is a
+Refused, printed as its one line; a failure later, while jobs run, is a WorkflowError, which Snakemake
+prints with the plugin frame that raised it under the line and handles as the job's failure.
 """
 
 from __future__ import annotations
@@ -72,21 +76,32 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def explain(error: Exception, what: str) -> WorkflowError:
-    """One WorkflowError line for an authentication or permission failure of a GCS request."""
+class Refused(SystemExit):
+    """A failure while Snakemake starts, before any job runs: Snakemake would print a WorkflowError with the plugin's
+    frames under its line (`File "…", line N`); a SystemExit passes up unwrapped, so the one line is all it prints
+    (as rffm.errors.PlanRefused does for the workflow's own refusals)."""
+
+
+def explanation(error: Exception, what: str) -> str:
+    """The one line for an authentication or permission failure of a GCS request."""
     if isinstance(error, google.auth.exceptions.DefaultCredentialsError):
-        return WorkflowError(NO_CREDENTIALS)
+        return NO_CREDENTIALS
     if isinstance(error, google.auth.exceptions.GoogleAuthError):
-        return WorkflowError(
+        return (
             f"{PLUGIN}: {what}: the Google Cloud credentials were refused ({first_line(error)}). "
             "Fix: run `gcloud auth application-default login` again (or check GOOGLE_APPLICATION_CREDENTIALS)."
         )
-    return WorkflowError(
+    return (
         f"{PLUGIN}: {what}: permission denied ({first_line(error)}). Fix: grant the account you are using "
         "roles/storage.objectAdmin on the bucket and roles/serviceusage.serviceUsageConsumer on the project "
         "named by storage-rffm-gcs-project (requests are billed to it), or log in as another account "
         "(`gcloud auth application-default login`)."
     )
+
+
+def explain(error: Exception, what: str) -> WorkflowError:
+    """A WorkflowError of one line for an authentication or permission failure of a GCS request while jobs run."""
+    return WorkflowError(explanation(error, what))
 
 
 def explained(what: str) -> Callable:
@@ -106,8 +121,9 @@ def explained(what: str) -> Callable:
     return decorate
 
 
-def missing_bucket(bucket: str) -> WorkflowError:
-    return WorkflowError(
+def missing_bucket(bucket: str) -> Refused:
+    """The refusal of a bucket that does not exist."""
+    return Refused(
         f"{PLUGIN}: bucket gs://{bucket} does not exist; rffm never creates buckets, so a typo in "
         "default-storage-prefix cannot start a new one. Fix: correct the prefix, or create the bucket once: "
         f"`gcloud storage buckets create gs://{bucket} --project PROJECT --location REGION --uniform-bucket-level-access` "
@@ -124,7 +140,7 @@ class StorageProvider(UpstreamStorageProvider):
     def __post_init__(self):
         variable = unset_variable(self.settings.project if self.settings else None)
         if variable:
-            raise WorkflowError(
+            raise Refused(
                 f"{PLUGIN}: environment variable {variable} is not set (storage-rffm-gcs-project: {self.settings.project}). "
                 "Fix: export it (profiles/README.md, Google Cloud)."
             )
@@ -134,7 +150,7 @@ class StorageProvider(UpstreamStorageProvider):
             # project, Client() fails with OSError; the plugin's required `project` setting is the natural one
             self.client = storage.Client(project=self.settings.project)
         except AUTH_ERRORS as error:
-            raise explain(error, "connecting to Google Cloud Storage") from error
+            raise Refused(explanation(error, "connecting to Google Cloud Storage")) from None
 
     @classmethod
     def is_valid_query(cls, query: str) -> StorageQueryValidationResult:
@@ -156,7 +172,8 @@ class StorageProvider(UpstreamStorageProvider):
         return super().list_objects(query)
 
     def require_bucket(self, bucket: storage.Bucket) -> None:
-        """Stop unless the bucket exists (checked once per bucket, by listing at most one object)."""
+        """Stop unless the bucket exists (checked once per bucket, by listing at most one object, when Snakemake first
+        names an object in it: while it reads the workflow)."""
         if bucket.name in self.checked_buckets:
             return
         try:
@@ -164,22 +181,24 @@ class StorageProvider(UpstreamStorageProvider):
         except api_exceptions.NotFound:
             raise missing_bucket(bucket.name) from None
         except AUTH_ERRORS as error:
-            raise explain(error, f"reading gs://{bucket.name}") from error
+            raise Refused(explanation(error, f"reading gs://{bucket.name}")) from None
         except (requests.exceptions.ConnectionError, api_exceptions.RetryError) as error:
-            raise WorkflowError(
+            raise Refused(
                 f"{PLUGIN}: cannot reach Cloud Storage at {self.client.api_endpoint} to read gs://{bucket.name} "
                 f"({first_line(error)}). Fix: check the network; for a local emulator, start it and set STORAGE_EMULATOR_HOST "
                 "to its URL."
-            ) from error
+            ) from None
         self.checked_buckets.add(bucket.name)
 
 
 class StorageObject(UpstreamStorageObject):
     def __post_init__(self):
         super().__post_init__()
-        # Snakemake validates a default-storage query after making its object: leave an invalid one to that
-        if self.provider.is_valid_query(self.query):
-            self.provider.require_bucket(self.bucket)
+        # Snakemake validates a default-storage query only after making its object, and wraps the reason in a
+        # paragraph of its own: refused here, in one line
+        if not (validity := self.provider.is_valid_query(self.query)):
+            raise Refused(f"{PLUGIN}: {self.query}: {validity.reason}")
+        self.provider.require_bucket(self.bucket)
 
     async def inventory(self, cache: IOCacheStorageInterface):
         """Upstream's inventory without its bucket metadata read (the bucket is known to exist)."""
@@ -225,4 +244,7 @@ class StorageObject(UpstreamStorageObject):
 
     def ensure_bucket_exists(self) -> None:
         """Upstream creates a missing bucket here (before every upload); refuse instead."""
-        self.provider.require_bucket(self.bucket)
+        try:
+            self.provider.require_bucket(self.bucket)
+        except Refused as refused:  # jobs may be running: Snakemake must handle it as this upload's failure
+            raise WorkflowError(str(refused)) from None

@@ -93,6 +93,16 @@ def message_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith(FRAMING)]
 
 
+def plugin_error(result: subprocess.CompletedProcess) -> str:
+    """The one line of a refusal rffm-gcs raises while Snakemake starts: besides Snakemake's notices and the workflow's
+    own (`rffm: ` lines), nothing is printed, neither a `WorkflowError` header nor the `File "…", line N` of a frame."""
+    text = result.stdout + result.stderr
+    notices = ("Using profile", "Config file ", "rffm: ")
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith(notices)]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
 def create_bucket(emulator_url: str, name: str) -> None:
     client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator_url})
     if client.lookup_bucket(name) is None:
@@ -105,7 +115,7 @@ def test_the_documented_dry_run_without_credentials_stops_with_one_line(provider
     env = offline_env(tmp_path, **profile_env("rffm-plan"))
     result = snakemake(repo_checkout, env, "--profile", "profiles/gcp-batch", "-n", *provider_args(provider))
     assert result.returncode != 0
-    [line] = message_lines(result)
+    line = plugin_error(result)
     assert "no Google Cloud credentials found" in line
     assert "gcloud auth application-default login" in line and "STORAGE_EMULATOR_HOST" in line
 
@@ -130,7 +140,8 @@ def test_a_dry_run_refuses_a_mutable_image_tag(repo_checkout, emulator, tmp_path
     env = offline_env(tmp_path, STORAGE_EMULATOR_HOST=emulator, **profile_env("rffm-plan", image))
     result = snakemake(repo_checkout, env, "--profile", "profiles/gcp-batch", "-n", *provider_args("rffm-gcs"))
     assert result.returncode != 0
-    [line] = message_lines(result)
+    node_checks = "rffm: scratch ("  # the plan's note that the nodes check their scratch and GPU (planning.note_node_checks)
+    [line] = [line for line in message_lines(result) if not line.startswith(node_checks)]
     assert line.startswith(f"RFFM_WORKER_IMAGE={image}: the worker image must be pinned by digest")
     assert "Job stats" not in result.stdout
 
@@ -156,7 +167,7 @@ def test_a_missing_bucket_is_named_and_never_created(provider, emulator, tmp_pat
     for args in (["-n"], ["--cores", "1"]):  # the plan, then a real (local) run that would upload
         result = snakemake(workdir, env, *args, *storage_args, "ok.txt")
         assert result.returncode != 0, output(result)
-        [line] = message_lines(result)
+        line = plugin_error(result)
         assert line.startswith(f"rffm-gcs: bucket gs://{bucket} does not exist") and "gcloud storage buckets create" in line
     client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator})
     assert client.lookup_bucket(bucket) is None
@@ -170,9 +181,9 @@ def test_an_invalid_bucket_name_is_refused_before_any_request(bucket, tmp_path):
     env = offline_env(tmp_path, STORAGE_EMULATOR_HOST="http://127.0.0.1:9")  # closed: any request would fail otherwise
     result = snakemake(workdir, env, "-n", *provider_args("rffm-gcs"), "--default-storage-prefix", f"gs://{bucket}/wf", "ok.txt")
     assert result.returncode != 0
-    [line] = message_lines(result)
+    line = plugin_error(result)
     expected = "environment variable RFFM_GCS_BUCKET is not set" if bucket.startswith("$") else f"'{bucket}' is not a valid bucket name"
-    assert expected in line, line
+    assert line.startswith(f"rffm-gcs: gs://{bucket}/wf/ok.txt: {expected}"), line
 
 
 class RefusingTokenServer(http.server.BaseHTTPRequestHandler):
@@ -224,7 +235,7 @@ def test_refused_credentials_are_one_line(repo_checkout, emulator, tmp_path):
         server.shutdown()
         server.server_close()
     assert result.returncode != 0
-    [line] = message_lines(result)
+    line = plugin_error(result)
     assert "the Google Cloud credentials were refused (invalid_grant" in line and "gcloud auth application-default login" in line
 
 

@@ -6,11 +6,17 @@ preflight reads are those the test sets; it enforces none of them (profiles/READ
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import os
 import subprocess
+import threading
+from collections.abc import Iterator
 
 import pytest
 from batch_support import PROJECT, gcs_emulator, profile_env
+from test_gcs_storage import RefusingTokenServer, offline_env, service_account_key
 
 from conftest import BIN, REPO
 
@@ -60,6 +66,10 @@ def preflight(emulator: str, **changes: str | None) -> subprocess.CompletedProce
     env.update({**profile_env(BUCKET), "STORAGE_EMULATOR_HOST": emulator})
     for name, value in changes.items():
         env.pop(name) if value is None else env.update({name: value})
+    return preflight_in(env)
+
+
+def preflight_in(env: dict[str, str]) -> subprocess.CompletedProcess:
     command = [str(BIN / "rffm"), "preflight", "--profile", "gcp-batch", "--checkout", str(REPO)]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
@@ -112,3 +122,60 @@ def test_a_vm_account_that_may_delete_the_ledger_is_one_line_naming_the_recipe(e
     [line] = problems(preflight(emulator, RFFM_GCS_BUCKET="rffm-open-ledger"))
     assert line.startswith(f"{ACCOUNT}: holds roles/storage.objectAdmin on all of gs://rffm-open-ledger, so any job can delete")
     assert "Fix: replace it by the IAM Condition bindings of profiles/README.md, Write-once ledger" in line
+
+
+class GrantingTokenServer(RefusingTokenServer):
+    """An OAuth token endpoint that grants every service-account assertion (a valid key)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"access_token": "test-token", "expires_in": 3600, "token_type": "Bearer"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@contextlib.contextmanager
+def token_endpoint(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/token"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_credentials_every_problem_is_one_line_and_the_offline_checks_still_run(emulator, tmp_path):
+    """Issue 34: no Google credentials at all (no key, no gcloud login, no metadata server, no emulator) was a
+    DefaultCredentialsError traceback that hid the offline problems; then refused credentials, then the Fix."""
+    make_bucket(emulator, BUCKET, recipe())
+    image = "us-central1-docker.pkg.dev/rffm-test/rffm/worker:latest"
+    env = offline_env(tmp_path, **{**profile_env(BUCKET), "RFFM_WORKER_IMAGE": image})
+    result = preflight_in(env)
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr, result.stderr
+    lines = problems(result)
+    assert len(lines) == 2 and result.stdout.splitlines() == [*(f"PROBLEM {line}" for line in lines), "2 problem(s); nothing was submitted"]
+    assert lines[0].startswith(f"RFFM_WORKER_IMAGE={image}: the worker image must be pinned by digest")
+    assert lines[1].startswith("no Google Cloud credentials found (Application Default Credentials)")
+    fix = "Fix: run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file)"
+    assert fix in lines[1]
+
+    # credentials Google refuses (a revoked key): one line, not "cannot reach" (requests go to the emulator: API_ENDPOINT_OVERRIDE)
+    pinned = {**env, "RFFM_WORKER_IMAGE": profile_env(BUCKET)["RFFM_WORKER_IMAGE"], "API_ENDPOINT_OVERRIDE": emulator}
+    with token_endpoint(RefusingTokenServer) as uri:
+        key = service_account_key(tmp_path / "revoked.json", uri)
+        result = preflight_in({**pinned, "GOOGLE_APPLICATION_CREDENTIALS": str(key)})
+    assert result.returncode == 1
+    [line] = problems(result)
+    assert line.startswith(f"reading gs://{BUCKET}: the Google Cloud credentials were refused (invalid_grant"), line
+    assert line.endswith("Fix: run `gcloud auth application-default login` again (or check GOOGLE_APPLICATION_CREDENTIALS).")
+
+    # the Fix: GOOGLE_APPLICATION_CREDENTIALS names a service-account key file that Google accepts
+    with token_endpoint(GrantingTokenServer) as uri:
+        key = service_account_key(tmp_path / "key.json", uri)
+        result = preflight_in({**pinned, "GOOGLE_APPLICATION_CREDENTIALS": str(key)})
+    assert result.returncode == 0 and problems(result) == [], result.stdout + result.stderr
+    assert f"checked bucket gs://{BUCKET}: exists and is reachable (listed its objects)" in result.stdout.splitlines()

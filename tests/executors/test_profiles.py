@@ -9,6 +9,8 @@ Cloud profile reads its bucket from a local GCS emulator.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 import yaml
 from batch_support import create_bucket, gcs_emulator, make_checkout, profile_env
 
-from conftest import BIN, REPO, plan_of
+from conftest import BIN, JOB_HEADER, REPO, plan_of
 
 TINY_JOBS = sorted(
     ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
@@ -25,6 +27,7 @@ TINY_JOBS = sorted(
     + ["summarize_profiling[run=base]", "plot_cache_lifecycle[run=base]", "export[run=base]"]
 )
 RECIPE = ("--configfile", "config/examples/tiny.yaml", "--replace-workflow-config", "-n")
+GPU_RULES = ("pretrain_backbone", "build_cache", "train_epoch", "qualify")
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,27 @@ def test_install_profiles_links_is_idempotent_and_refuses_to_replace(tmp_path: P
         install_profiles(REPO, target)
 
 
+def test_install_profiles_refuses_each_name_on_its_own_line_and_its_fix_works(tmp_path: Path):
+    """Issue 34: two refused names were joined on one line. Each is its own error line with its Fix, executed here."""
+    home = tmp_path / "home"
+    links = home / ".config" / "snakemake"
+    for name in ("gcp-batch", "slurm"):
+        (links / name).mkdir(parents=True)  # a site's own profiles of these names
+    refused = run(["rffm", "install_profiles"], REPO, user_env(home))
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    lines = refused.stderr.splitlines()
+    assert [line.partition(", not this checkout's profile")[0] for line in lines] == [
+        f"rffm install_profiles: error: {links / name} is a directory" for name in ("gcp-batch", "slurm")
+    ]
+    for name, line in zip(("gcp-batch", "slurm"), lines, strict=True):
+        fix = f"Fix: move it away (mv {links / name} {links / name}.old) and run `rffm install_profiles` again"
+        assert line.count("Fix:") == 1 and fix in line, line
+        subprocess.run(["mv", str(links / name), f"{links / name}.old"], check=True)  # the Fix, literally
+    installed = run(["rffm", "install_profiles"], REPO, user_env(home))
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stdout.splitlines() == [f"{links / n} -> {REPO / 'profiles' / n}: linked" for n in ("gcp-batch", "slurm")]
+
+
 def test_the_literal_commands_plan_the_workflow_after_setup(tmp_path: Path, emulator: str):
     """Acceptance: `snakemake --profile gcp-batch -n` and `snakemake --profile slurm -n` from the checkout root."""
     home = tmp_path / "home"
@@ -116,8 +140,74 @@ def test_the_tiny_recipe_plans_only_the_tiny_run(profile: str | None, default_ch
     recipe = run(["snakemake", *profile_args, *RECIPE], default_checkout, env)
     assert recipe.returncode == 0, recipe.stderr[-3000:]
     assert plan_of(recipe.stdout) == TINY_JOBS
+    if profile == "slurm":  # issue 34: GPU rules compute on the GPU they book; the other rules take no device
+        computed = computed_on(recipe.stdout)
+        assert {rule: computed.pop(rule) for rule in GPU_RULES} == {rule: {("cuda", "1")} for rule in GPU_RULES}
+        assert set().union(*computed.values()) == {("-", "-")}, computed
     assert "Config file config/config.yaml is replaced" in recipe.stdout + recipe.stderr
 
     merged = run(["snakemake", *profile_args, *RECIPE[:2], "-n"], default_checkout, env)  # without --replace-workflow-config
     assert merged.returncode == 0, merged.stderr[-3000:]
     assert "select_checkpoint[run=baseline]" in plan_of(merged.stdout), "the flag is what keeps the default runs out"
+
+
+def computed_on(plan: str) -> dict[str, set[tuple[str, str]]]:
+    """rule -> {(the --device of its command, the GPUs its job books)} over a dry run's jobs; '-' where none."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    rule, gpus = "", "-"
+    for line in plan.splitlines():
+        if header := JOB_HEADER.match(line):
+            rule, gpus = header.group(1), "-"
+        elif line.strip().startswith("resources: "):
+            gpus = booked.group(1) if (booked := re.search(r"\bgpu=(\d+)", line)) else "-"
+        elif line.startswith("Shell command: "):
+            device = re.search(r" --device (\S+)", line)
+            found.setdefault(rule, set()).add((device.group(1) if device else "-", gpus))
+    return found
+
+
+def test_a_slurm_gpu_rule_that_books_no_gpu_is_refused_while_planning(default_checkout: Path, tmp_path: Path):
+    """Issue 34: with `device: cuda`, a GPU rule whose job books no GPU would wait in the queue only to fail on its
+    node; the plan is refused in one line (the submitting host's own lack of a GPU is no reason); its Fix plans."""
+    profile = tmp_path / "slurm"
+    shutil.copytree(default_checkout / "profiles" / "slurm", profile)
+    shipped = (profile / "config.yaml").read_text()
+    unbooked = shipped.replace("train_epoch: {slurm_partition: gpu, gpu: 1, ", "train_epoch: {slurm_partition: gpu, ")
+    assert unbooked != shipped
+    (profile / "config.yaml").write_text(unbooked)
+    env = user_env(tmp_path / "home")
+    refused = run(["snakemake", "--profile", str(profile), *RECIPE], default_checkout, env)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr and not plan_of(refused.stdout)
+    [line] = [line for line in refused.stderr.splitlines() if "book no GPU" in line]
+    assert line == (
+        "rffm: train_epoch (device cuda): their SLURM jobs book no GPU (no gpu, gpu_model or gres resource), so they would "
+        "run on nodes without one. Fix: book one GPU each in the profile's set-resources (train_epoch: {gpu: 1}), as "
+        "profiles/slurm/config.yaml does, or compute on the CPU: `device: cpu` under the profile's config:"
+    )
+    # the Fix's second way, literally (the first is the shipped profile, which plans: test_the_tiny_recipe_plans_only_the_tiny_run)
+    (profile / "config.yaml").write_text(unbooked.replace("\n  device: cuda #", "\n  device: cpu #"))
+    fixed = run(["snakemake", "--profile", str(profile), *RECIPE], default_checkout, env)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert plan_of(fixed.stdout) == TINY_JOBS and computed_on(fixed.stdout)["train_epoch"] == {("cpu", "-")}
+
+
+@pytest.mark.parametrize(
+    ("resources", "books"),
+    [
+        ({"gpu": 1}, True),
+        ({"gpu": 0}, False),
+        ({"gpu_model": "a100"}, True),
+        ({"gres": "gpu:a100:1"}, True),
+        ({"gres": "tmpdisk:100"}, False),
+        ({"slurm_extra": "'--gpus=2 --qos=high'"}, True),
+        ({"slurm_extra": "--gres=gpu:1"}, True),
+        ({"slurm_extra": "-G 1"}, True),
+        ({"slurm_extra": "--qos=high", "slurm_partition": "gpu"}, False),  # a partition's name books nothing
+        ({}, False),
+    ],
+)
+def test_what_books_a_gpu_on_slurm(resources: dict, books: bool):
+    """The ways snakemake-executor-plugin-slurm (and sbatch itself, through slurm_extra) book a GPU for a job."""
+    from rffm.ops.planning import books_gpu
+
+    assert books_gpu(resources) is books

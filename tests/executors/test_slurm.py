@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, snakemake, tiny_config, write_config
 from rffm.records.files import read_json, sha256_file
@@ -13,7 +14,12 @@ from rffm.records.files import read_json, sha256_file
 PROFILE = REPO / "profiles" / "slurm"
 # Test-only overrides, polled every second. No slurmdbd here: `sacct` exits 1 ("Slurm accounting storage is disabled"),
 # and with the plugin's default sacct status command the run would hang, never learning that its jobs ended; squeue works.
+# The test cluster's GPU is a fake gres (File=/dev/null) torch cannot see, so GPU rules compute on the CPU: the profile's
+# config block with device: cpu (a command-line --config replaces the profile's whole block).
+PROFILE_CONFIG = yaml.safe_load((PROFILE / "config.yaml").read_text())["config"]
 FAST_POLLING = (
+    "--config",
+    *(f"{key}={value}" for key, value in {**PROFILE_CONFIG, "device": "cpu"}.items()),
     "--slurm-status-command",
     "squeue",
     "--slurm-init-seconds-before-status-checks",
@@ -36,7 +42,23 @@ def test_the_slurm_profile_combines_with_the_workflow_profile(monkeypatch):
     for rule in GPU_RULES:
         assert args.set_resources[rule]["gpu"].value == 1 and args.set_resources[rule]["slurm_partition"].raw == "gpu"
     assert not args.groups  # the workflow's rules name the groups (one job per run's epochs)
+    assert args.config == ["launch_profile=slurm", "device=cuda"]  # GPU rules compute on the GPU they book
     assert len(args.rerun_triggers) == 5
+
+
+def test_a_gpu_job_whose_torch_sees_no_gpu_stops_instead_of_training_on_the_cpu(monkeypatch):
+    """Issue 34: with the profile's device, a job SLURM gave a GPU (SLURM_GPUS_ON_NODE) that torch cannot see fails."""
+    import torch
+
+    from rffm.errors import ConfigError
+    from rffm.runtime.device import resolve
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "1")
+    with pytest.raises(ConfigError) as refused:
+        resolve(PROFILE_CONFIG["device"])
+    assert str(refused.value).startswith("device 'cuda': this job was given a GPU (SLURM_GPUS_ON_NODE=1) but torch sees none")
 
 
 def slurm_jobs() -> dict[str, tuple[str, str]]:

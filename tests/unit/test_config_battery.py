@@ -4,16 +4,19 @@ which runs the real snakemake on a subset, is tests/workflow/test_config_refusal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
-from conftest import TINY, tiny_config, tiny_text
+from conftest import REPO, TINY, tiny_config, tiny_text
 from rffm import config
 from rffm.errors import ConfigError
 
@@ -45,6 +48,9 @@ def second_dataset(c: dict, **synthetic_options: Any) -> None:
 def sigmf_dataset(c: dict, window: int) -> None:
     c["datasets"]["rec"] = {"source": "sigmf", "seed": 1, "sigmf": {"recordings": ["capture"], "window": window}}
     c["runs"]["other"] = {**c["runs"]["base"], "dataset": "rec"}
+
+
+OTHER_WEIGHTS = hashlib.sha256(b"other weights").hexdigest()
 
 
 def imported(c: dict, path: str) -> None:
@@ -243,12 +249,12 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
     (
         "splits-below-1",
         lambda c: dataset(c)["splits"].update(train=0.4),
-        "datasets.tiny.splits: train + val + test = 0.9, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)",
+        "datasets.tiny.splits: train + val + test = 0.9, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
     ),
     (
         "splits-default-plus-one",
         lambda c: dataset(c).update(splits={"train": 0.8}),
-        "datasets.tiny.splits: train + val + test = 1.2, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)",
+        "datasets.tiny.splits: train + val + test = 1.2, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
     ),
     (
         "synthetic-snr-min-above-max",
@@ -303,7 +309,7 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "patch-vs-a-run-dataset",
         lambda c: second_dataset(c, length=40),
         "backbones.mini.arch.patch: 16 does not divide the signal length 40 (datasets.long.synthetic.length). "
-        "Fix: use a patch that divides 40, or change datasets.long.synthetic.length",
+        "Fix: use a patch that divides every length it reads (40, 64: one of 1, 2, 4, 8), or change datasets.long.synthetic.length",
     ),
     (
         "patch-vs-default-length",  # synthetic length defaults to 128 (the schema)
@@ -315,7 +321,7 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "patch-vs-sigmf-window",
         lambda c: sigmf_dataset(c, window=100),
         "backbones.mini.arch.patch: 16 does not divide the signal length 100 (datasets.rec.sigmf.window). "
-        "Fix: use a patch that divides 100, or change datasets.rec.sigmf.window",
+        "Fix: use a patch that divides every length it reads (64, 100: one of 1, 2, 4), or change datasets.rec.sigmf.window",
     ),
     # shape, names and references
     ("device-name", lambda c: c.update(device="gpu"), "device: 'gpu' is not allowed. Fix: use auto, cpu, cuda or cuda:N"),
@@ -360,6 +366,13 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "imported-backbone-is-a-directory",
         lambda c: imported(c, "/"),
         "backbones.mini.path: / is a directory. Fix: point it at the backbone.pt to import",
+    ),
+    (
+        "imported-backbone-not-the-pinned-bytes",
+        lambda c: Path("weights.pt").write_bytes(b"other weights") and imported(c, "weights.pt"),
+        f"backbones.mini.sha256: weights.pt has sha256 {OTHER_WEIGHTS}, config expects {'0' * 64}. Fix: point backbones.mini.path "
+        f"at the pinned file, or set backbones.mini.sha256: {OTHER_WEIGHTS} if weights.pt is the file to import (which reruns "
+        "everything built on that backbone)",
     ),
     (
         "dataset-source-missing",
@@ -437,6 +450,96 @@ def test_each_malformed_config_is_one_line_naming_the_key(here: Path, change, ex
     with pytest.raises(ConfigError) as refused:
         config.check(bad, runs_here=True, local_files=True)
     assert expected.format(cwd=here) in str(refused.value).splitlines()[1]
+
+
+def at(c: dict, key: str) -> tuple[dict, str]:
+    """The mapping holding a dotted key, and the key's last part."""
+    *parents, leaf = key.split(".")
+    for part in parents:
+        c = c[part]
+    return c, leaf
+
+
+def follow_fix(line: str, c: dict, here: Path) -> None:
+    """Do to the config what a problem line's Fix says, as a user reading it would (the first option where it offers
+    several); a Fix this does not understand fails the test, so a new kind of advice needs its reading here."""
+    problem, fix = line.split(" Fix: ", 1)
+    holder, leaf = at(c, problem.split(": ", 1)[0])
+    quoted = re.findall(r"'([^']+)'", problem)
+    if m := re.match(r"(?:write|use) (-?\d+) \(an integer", fix):
+        holder[leaf] = int(m[1])
+    elif m := re.match(r"(?:write|use) an? (number|integer) (>=?) (-?[\d.]+)(?: and <= (-?[\d.]+))?", fix):
+        kind, bound, low, high = m.groups()
+        number = float(low) if bound == ">=" else float(high) if high else float(low) + 1
+        holder[leaf] = int(number) if kind == "integer" else number
+    elif fix == "write a string":
+        holder[leaf] = "elsewhere"
+    elif m := re.match(r"name a directory, e\.g\. \w+: (\S+)$", fix):
+        holder[leaf] = m[1]
+    elif fix == "name a directory of its own below the root" or re.match(r"set \w+ to a directory you can write", fix):
+        holder[leaf] = f"{leaf}-dir"
+    elif m := re.match(r"give fractions that sum to 1, e\.g\. splits: (\{.+\})$", fix):
+        holder[leaf] = yaml.safe_load(m[1])
+    elif fix == "make min <= max":
+        bounds = holder[leaf]
+        bounds["min"], bounds["max"] = bounds["max"], bounds["min"]
+    elif m := re.match(r"use a step >= ([\d.]+)$", fix):
+        holder[leaf] = float(m[1])
+    elif m := re.match(r"lower (\w+) or \w+$", fix):
+        holder[m[1]] = 1
+    elif m := re.match(r"use one of ([\w, ]+)$", fix):
+        first = m[1].split(", ")[0]
+        holder[leaf] = int(first) if first.isdigit() else first
+    elif m := re.match(r"use (\w+), [\w, :]+ or [\w:]+$", fix):
+        holder[leaf] = m[1]
+    elif m := re.match(r"set (\w+) to (\d+) to \d+ ", fix):
+        holder[m[1]] = int(m[2])
+    elif m := re.match(r"use a patch that divides (\d+), or change", fix):
+        length = int(m[1])
+        holder[leaf] = max(d for d in range(1, length + 1) if length % d == 0 and d <= holder[leaf])
+    elif m := re.match(r"use a patch that divides every length it reads \([\d, ]+: one of ([\d, ]+)\), or change", fix):
+        holder[leaf] = max(d for d in map(int, m[1].split(", ")) if d <= holder[leaf])
+    elif fix.startswith("remove or rename it;"):
+        for name in quoted:
+            holder[leaf].pop(name)
+    elif fix.startswith("use lower-case letters, digits"):
+        holder[leaf][re.sub(r"[^a-z0-9_-]", "-", quoted[0].lower())] = holder[leaf].pop(quoted[0])
+    elif fix.startswith("add it (see config/REFERENCE.md)"):
+        holder[leaf] = at(tiny_config(), problem.split(": ", 1)[0])[0][leaf]  # the value the tiny config writes
+    elif m := re.match(r"add its options block \(([\w/.]+)\)$", fix):
+        example = yaml.safe_load((REPO / m[1]).read_text())
+        holder[leaf] = next(d[leaf] for d in example["datasets"].values() if leaf in d)
+    elif fix.startswith("write the file's sha256"):
+        holder[leaf] = hashlib.sha256(Path(holder["path"]).read_bytes()).hexdigest()
+    elif m := re.search(r"set ([\w.]+): ([0-9a-f]{64}) if", fix):
+        target, name = at(c, m[1])
+        target[name] = m[2]
+    elif fix.startswith("list at least 2"):
+        holder[leaf] = [*holder[leaf], next(n for n in tiny_config()["datasets"]["tiny"]["synthetic"]["classes"] if n not in holder[leaf])]
+    elif fix == "write a mapping" or fix.startswith("define at least one entry"):
+        holder[leaf] = tiny_config()[leaf]
+    elif m := re.match(r"point it at the (backbone\.pt|source file)", fix):
+        made = here / "files" / (f"{leaf}-{len(list(here.rglob('*')))}")
+        made.parent.mkdir(exist_ok=True)
+        made.write_bytes(b"bytes a user points the config at")
+        holder[leaf] = str(made)
+    else:
+        pytest.fail(f"no reading of this Fix: {fix}")
+
+
+@pytest.mark.parametrize("change, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_each_fix_as_printed_clears_its_problem(here: Path, change, expected):
+    """Issue 34: every Fix a configuration problem prints is followed as written; the problem goes, and any it
+    uncovers (a file that now exists but is not the pinned one) has its own Fix, followed in turn, until none is left."""
+    fixing = tiny_config()
+    change(fixing)
+    seen = []
+    while found := config.problems(fixing, files=[], runs_here=True, local_files=True):
+        assert len(seen) < 3 and found[0] not in seen, f"the fixes go round in circles: {seen + found}"
+        assert all(" Fix: " in line for line in found), found
+        seen.append(found[0])
+        follow_fix(found[0], fixing, here)
+    assert seen[0] == expected.format(cwd=here)
 
 
 def test_the_battery_covers_at_least_forty_cases():
@@ -620,3 +723,58 @@ def test_snakemake_settings_tell_local_runs_from_cluster_dry_and_remote_ones():
     assert bucket["local_files"] is False and bucket["runs_here"] is True
     replaced = workflow(config_settings=SimpleNamespace(replace_workflow_config=True, overwrite_config={"scratch": "c"}))
     assert config.snakemake_settings(replaced)["files"] == [Path("/w/config.yaml")]  # rffm posttrain: the Snakefile's file is dropped
+
+
+def test_a_dry_run_is_checked_where_its_executor_runs_the_jobs(monkeypatch, tmp_path: Path):
+    """Issue 34: a dry run has no cores or nodes of its own (Snakemake swaps its executor for "dryrun"); the command
+    line and its profiles say where the real run's jobs would run: here (checked while planning) or on nodes."""
+    import sys
+
+    from rffm.config import invocation
+
+    profile = tmp_path / "cluster"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("executor: slurm\njobs: 5\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # where Snakemake is once it changed into --directory
+    dry = workflow(output_settings=SimpleNamespace(dryrun=True), resource_settings=SimpleNamespace(cores=1, nodes=None))
+    dry.main_snakefile = str(tmp_path / "workflow/Snakefile")  # found from the directory it was started in
+    cases = {
+        (): invocation.HERE,
+        ("--executor", "local"): invocation.HERE,
+        ("--executor", "slurm"): invocation.NODES,
+        ("--profile", str(profile)): invocation.NODES,
+        ("-d", "work", "--profile", "cluster"): invocation.NODES,  # a relative profile, read from where it was started
+        ("-d", str(work), "--profile", "cluster"): invocation.NODES,  # there: the Snakefile's path less workflow/Snakefile
+        ("--profile", str(profile), "--executor", "local"): invocation.HERE,  # the command line wins over a profile
+    }
+    for args, where in cases.items():
+        monkeypatch.setattr(sys, "argv", [str(tmp_path / "bin/snakemake"), "-n", *args])
+        assert config.where_jobs_run(dry) == where, args
+        assert config.snakemake_settings(dry)["runs_here"] is (where == invocation.HERE), args
+    assert os.getcwd() == str(work)
+    monkeypatch.setattr(sys, "argv", ["rffm", "posttrain"])  # an API caller: no command line to read
+    assert config.where_jobs_run(dry) is None
+    assert config.where_jobs_run(workflow(resource_settings=SimpleNamespace(cores=None, nodes=50))) == invocation.NODES
+    assert config.where_jobs_run(workflow()) == invocation.HERE
+    assert config.where_jobs_run(workflow(remote_exec=True)) is None
+
+
+def test_nested_command_line_values_are_typed_as_a_config_file_types_them():
+    """Issue 34: `--config 'cache={batch_size: 8}'` reaches the workflow as {'batch_size': '8'} (YAML's base loader);
+    where the schema wants a number, integer or boolean it is read as the YAML scalar, as a config file would be."""
+    given = {
+        "cache": {"batch_size": "8"},
+        "runs": {"base": {"export": "false", "train": {"lr": "0.05", "epochs": "4"}, "sweep": {"train.warmup_steps": ["0", "10"]}}},
+    }
+    merged = config.merge(tiny_config(), given)  # as Snakemake merges --config into the config files
+    config.typed_overrides(merged, given, config.load_schema())
+    checked = config.check(merged)
+    run = checked["runs"]["base"]
+    assert checked["cache"]["batch_size"] == 8 and run["train"]["epochs"] == 4 and run["train"]["lr"] == 0.05
+    assert run["export"] is False and run["sweep"] == {"train.warmup_steps": [0, 10]}
+    wrong = {"cache": {"batch_size": "eight"}}
+    merged = config.merge(tiny_config(), wrong)
+    config.typed_overrides(merged, wrong, config.load_schema())
+    assert "cache.batch_size: 'eight' is not of type 'integer'" in "\n".join(config.problems(merged))

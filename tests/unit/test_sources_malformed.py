@@ -133,7 +133,7 @@ CASES = {
         ["key ('QPSK', 2)", "array is float64"],
     ),
     "rml2016 unknown class": (
-        rml2016_with(("FOO", 2), np.ones((4, 2, 128), np.float32)),
+        rml2016_with(("FOO", 2), np.random.default_rng(2).standard_normal((4, 2, 128)).astype(np.float32)),
         DataError,
         ["key ('FOO', snr)", "class 'FOO' is not in the class vocabulary", "class_map"],
     ),
@@ -241,7 +241,7 @@ CASES = {
         ["dataset 'label' row 31 is 5, outside 0..1"],
     ),
     "hdf5 iq wrong layout": (
-        lambda t: hdf5(t, iq=np.zeros((32, 16, 2), np.float32)),
+        lambda t: hdf5(t, iq=np.random.default_rng(4).standard_normal((32, 16, 2)).astype(np.float32)),
         DataError,
         ["dataset 'iq' is float32 [32, 16, 2]", "[N, 2, L]"],
     ),
@@ -314,3 +314,71 @@ def test_a_failed_restaging_removes_the_old_sentinel(tmp_path: Path):
         "train.h5",
         "val.h5",
     ]  # the old, untouched
+
+
+def edit_hdf5(path: str, edit) -> None:
+    with h5py.File(path, "a") as handle:
+        edit(handle)
+
+
+def edit_meta(spec: dict, edit) -> None:
+    meta = Path(spec["sigmf"]["recordings"][0])
+    body = json.loads(meta.read_text())
+    edit(body)
+    meta.write_text(json.dumps(body))
+
+
+def transposed_iq(handle) -> None:
+    iq = handle["iq"][()]
+    del handle["iq"]
+    handle["iq"] = iq.transpose(0, 2, 1)
+
+
+REPAIRED = np.random.default_rng(3).standard_normal((3, 32, 2)).astype(np.float32)  # examples of their own, not copies
+
+# kind -> (the words of the printed Fix this follows, what a user does on reading them: to the dataset entry or its files)
+FOLLOWED = {
+    "rml2016 unknown class": ("datasets.d.class_map: {'FOO': <class name>}", lambda s: s.update(class_map={"FOO": "foo"})),
+    "rml2018 NaN samples": ("repair or remove those examples", lambda s: edit_hdf5(s["radioml2018"]["path"], poke("X", np.s_[7:10], REPAIRED))),
+    "rml2018 Inf samples": ("repair or remove those examples", lambda s: edit_hdf5(s["radioml2018"]["path"], poke("X", 12, REPAIRED[0]))),
+    "rml2018 missing file": ("correct the path", lambda s: s.update(radioml2018=rml2018(Path(s["radioml2018"]["path"]).parent)["radioml2018"])),
+    "sigmf real datatype": ("set core:datatype", lambda s: edit_meta(s, lambda b: b["global"].update({"core:datatype": "cf32_le"}))),
+    "sigmf checksum": ("set datasets.d.sigmf.verify_checksum: false", lambda s: s["sigmf"].update(verify_checksum=False)),
+    "sigmf snr not a number": ("store the SNR in dB as a number", lambda s: edit_meta(s, lambda b: b["annotations"][0].update({"rffm:snr_db": 0}))),
+    "sigmf window too long": ("lower datasets.d.sigmf.window", lambda s: s["sigmf"].update(window=64)),
+    "sigmf unknown label": ("datasets.d.class_map: {'LoRa': <class name>}", lambda s: s.update(class_map={"LoRa": "lora"})),
+    "hdf5 no classes": (
+        "set attrs['classes'] to the ordered class names (a JSON list",
+        lambda s: edit_hdf5(s["hdf5"]["path"], lambda h: h.attrs.__setitem__("classes", json.dumps(["BPSK", "QPSK"]))),
+    ),
+    "hdf5 label out of range": ("correct the labels", lambda s: edit_hdf5(s["hdf5"]["path"], poke("label", 31, 1))),
+    "hdf5 iq wrong layout": ("iq.transpose(0, 2, 1)", lambda s: edit_hdf5(s["hdf5"]["path"], transposed_iq)),
+    "unknown selected class": ("select classes the source has", lambda s: s["select"].update(classes=["BPSK", "QPSK"])),
+    "empty class": ("leave them out with datasets.d.select.classes", lambda s: s.update(select={"classes": ["BPSK", "QPSK"]})),
+    "empty after snr range": ("widen datasets.d.select.snr_db", lambda s: s["select"].pop("snr_db")),
+    "split too small": ("change datasets.d.splits", lambda s: s.update(splits=SPLITS)),
+    "duplicates across splits": ("set datasets.d.duplicates: drop", lambda s: s.update(duplicates="drop")),
+}
+
+
+@pytest.mark.parametrize("kind", FOLLOWED)
+def test_the_printed_fix_followed_lets_staging_finish(tmp_path: Path, kind: str):
+    """Issue 34: the Fix of each refusal whose advice is an edit (of the config entry or of the file it names), done as
+    written, and staging finishes (or refuses what the edit uncovered, with a Fix followed in turn); the other kinds'
+    advice is to fetch the real file again."""
+    build, error, _ = CASES[kind]
+    data = tmp_path / "data"
+    data.mkdir()
+    spec = {"name": "d", "seed": 0, "splits": SPLITS} | build(data)
+    followed = []
+    while True:
+        try:
+            stage(spec, tmp_path / f"try{len(followed)}")
+            break
+        except (ConfigError, DataError) as refusal:
+            fix = str(refusal).split("Fix: ", 1)[1]
+        words, follow = FOLLOWED[kind] if not followed else next((w, f) for w, f in FOLLOWED.values() if w in fix)
+        assert words in fix and len(followed) < 3, (followed, fix)
+        follow(spec)
+        followed.append(words)
+    assert followed[0] == FOLLOWED[kind][0] and (tmp_path / f"try{len(followed)}/sentinel.json").is_file()

@@ -1,6 +1,7 @@
 """The real `snakemake` (not a dry run) refuses malformed configurations before any job starts: a non-zero
 exit, the one line naming the key in stderr, no Python traceback, and nothing written anywhere except
-Snakemake's own .snakemake/ folder (issue 14). The full battery of cases is tests/unit/test_config_battery.py."""
+Snakemake's own .snakemake/ folder (issue 14); a local dry run checks this machine as the run does, a cluster's
+leaves scratch and the GPU to the nodes and says so (issue 34). The full battery is tests/unit/test_config_battery.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, snakemake, tiny_config, tiny_text
+from conftest import BIN, REPO, planned_jobs, snakemake, tiny_config, tiny_text
 
 pytestmark = pytest.mark.workflow
 
@@ -96,7 +97,7 @@ CASES = [
     (
         "splits-not-summing-to-1",
         changed(lambda c: c["datasets"]["tiny"]["splits"].update(test=0.5)),
-        "datasets.tiny.splits: train + val + test = 1.25, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)",
+        "datasets.tiny.splits: train + val + test = 1.25, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
     ),
     (
         # Root may write through any mode bits, so chmod cannot make a directory unwritable for it; a path
@@ -139,7 +140,7 @@ def tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if ".snakemake" not in p.relative_to(root).parts}
 
 
-def refused(workdir: Path, expected: str, *args: str) -> None:
+def refused(workdir: Path, expected: str, *args: str) -> subprocess.CompletedProcess:
     """Run the real workflow and assert it stopped at parse time with exactly this line and wrote nothing."""
     before, root_before = tree(workdir), set(os.listdir("/"))
     result = snakemake(workdir, *args, check=False)
@@ -149,6 +150,7 @@ def refused(workdir: Path, expected: str, *args: str) -> None:
     assert "Traceback" not in output and "Exception" not in output
     assert tree(workdir) == before, sorted(tree(workdir) - before)
     assert set(os.listdir("/")) == root_before
+    return result
 
 
 @pytest.mark.parametrize("text, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
@@ -174,20 +176,57 @@ def test_a_read_only_scratch_dir_is_refused(tmp_path: Path, read_only_dir: Path)
     refused(workdir, f"scratch: {read_only_dir} is not writable. Fix: set scratch to a directory you can write")
 
 
-def test_a_gpu_that_is_not_here_is_refused_by_a_local_run_but_not_by_a_dry_run(tmp_path: Path):
+def unseen_gpu() -> tuple[str, str]:
+    """A CUDA device torch cannot see on this machine, and how the refusal says what it sees."""
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("torch sees a GPU here")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    build = f"torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'}"
+    return ("cuda", f"torch sees no GPU here ({build})") if count == 0 else (f"cuda:{count}", f"torch sees {count} GPU(s) here")
+
+
+def test_a_gpu_that_is_not_here_is_refused_by_a_local_run_and_its_dry_run(tmp_path: Path):
+    """Issue 34: a local dry run plans the jobs this machine runs, so it checks the machine as the run does; the
+    Fix, applied to the config, then plans the workflow."""
+    device, seen = unseen_gpu()
     workdir = tmp_path / "work"
     workdir.mkdir()
-    (workdir / "config.yaml").write_text(changed(lambda c: c.update(device="cuda"))(workdir))
-    build = f"torch {torch.__version__}, CUDA build none"
-    refused(
-        workdir, f"device: 'cuda' but torch sees no GPU here ({build}). Fix: set device: cpu (or auto), or run where that GPU is visible"
-    )
-    # A dry run starts no job; where jobs will run (here, or on cluster nodes) is known only once it executes.
+    (workdir / "config.yaml").write_text(changed(lambda c: c.update(device=device))(workdir))
+    expected = f"device: {device!r} but {seen}. Fix: set device: cpu (or auto), or run where that GPU is visible"
+    refused(workdir, expected)
+    refused(workdir, expected, "-n")
+    (workdir / "config.yaml").write_text(changed(lambda c: c.update(device="cpu"))(workdir))  # the Fix
     assert "stage_dataset" in snakemake(workdir, "-n").stdout
+
+
+def test_a_dry_run_names_an_unusable_scratch_not_the_cache_size(workdir: Path):
+    """Issue 34: with the dataset staged, the dry run measured /proc's free space (0) for the cache and said to change
+    `keep`; it now checks scratch first, as the run does, and its Fix plans nothing on the finished run."""
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    (workdir / "config.yaml").write_text(yaml.safe_dump({**config, "scratch": "/proc/rffm-scratch"}, sort_keys=False))
+    expected = (
+        "scratch: /proc is on the kernel's proc filesystem, where no directory can be made or written, "
+        "so /proc/rffm-scratch cannot be created. Fix: set scratch to a directory you can write"
+    )
+    assert "keep" not in refused(workdir, expected, "-n").stderr
+    (workdir / "config.yaml").write_text(yaml.safe_dump({**config, "scratch": "scratch-elsewhere"}, sort_keys=False))  # the Fix
+    assert planned_jobs(workdir) == []
+
+
+def test_a_cluster_dry_run_leaves_scratch_and_the_gpu_to_the_nodes_and_says_so(workdir: Path):
+    """Issue 34: with --profile slurm the jobs run on the nodes, whose scratch and GPU the submitting host cannot
+    see: the dry run plans, and one line says where they are checked; the same config planned locally is refused."""
+    device, _ = unseen_gpu()
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    (workdir / "taken").write_text("a regular file\n")
+    (workdir / "config.yaml").write_text(yaml.safe_dump({**config, "scratch": "taken/scratch", "device": device}, sort_keys=False))
+    cluster = snakemake(workdir, "-n", "--profile", str(REPO / "profiles/slurm"))
+    notes = [line for line in cluster.stderr.splitlines() if line.startswith("rffm: ")]
+    assert len(notes) == 1 and notes[0].startswith("rffm: scratch (taken/scratch) and device ("), cluster.stderr[-3000:]
+    assert notes[0].endswith("are checked on each compute node when its job starts, not while planning: the executor runs the jobs there")
+    local = snakemake(workdir, "-n", check=False)
+    assert local.returncode != 0 and f"  scratch: {workdir}/taken/scratch lies under the file {workdir}/taken. " in local.stderr
+    assert f"  device: {device!r} but " in local.stderr and "compute node" not in local.stderr, local.stderr[-3000:]
 
 
 def test_rffm_status_and_posttrain_refuse_keys_given_twice(tmp_path: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import planned_jobs, tiny_config, write_config
+from conftest import planned_jobs, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -45,3 +45,19 @@ def test_changing_an_execution_setting_plans_no_job(workdir: Path, key: str, val
         config["runs"]["base"].pop("profiling")
     write_config(workdir, config)
     assert planned_jobs(workdir) == [], f"changing {key} planned jobs"
+
+
+def test_nested_command_line_values_plan_as_the_same_values_in_the_config_file(workdir: Path, selected_workdir: Path):
+    """Issue 34: Snakemake passes `--config 'cache={batch_size: 8}'`'s 8 as the string '8' (YAML's base loader); the
+    workflow reads it as the config file would: accepted, the same params (nothing planned on the finished run for the
+    run's own lr) and the same plan as the value written in the file (a fourth epoch)."""
+    lr = tiny_config()["runs"]["base"]["train"]["lr"]
+    assert planned_jobs(workdir, "--config", "cache={batch_size: 8}", f"runs={{base: {{train: {{lr: {lr}}}}}}}") == []
+    four = planned_jobs(selected_workdir, "validation_selection", "--config", "runs={base: {train: {epochs: 4}}}")
+    assert "train_epoch[run=base, epoch=4]" in four, four
+    config = tiny_config()
+    config["runs"]["base"]["train"]["epochs"] = 4
+    write_config(selected_workdir, config)
+    assert planned_jobs(selected_workdir, "validation_selection") == four
+    refused = snakemake(workdir, "-n", "--config", "cache={batch_size: eight}", check=False)
+    assert refused.returncode != 0 and "  cache.batch_size: 'eight' is not of type 'integer'. Fix: " in refused.stderr, refused.stderr

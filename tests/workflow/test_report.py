@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from conftest import snakemake, tiny_config
+from conftest import snakemake, tiny_config, write_config
 from rffm import config as rffm_config
 from rffm.errors import DataError
 from rffm.ops.verify import verify_tree
@@ -124,6 +124,44 @@ def test_snakemake_report_contains_every_figure_of_the_run(workdir: Path, tmp_pa
         assert base64.b64decode(embedded.group(1)) == (workdir / RUN / figure).read_bytes(), name
 
 
+ABSENT = "qualification (test split): absent, the run is not qualified yet"
+
+
+def report_of(workdir: Path, archive_path: Path) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
+    """`snakemake --report <zip>`: its figures (file name, bytes), and each run's line of the workflow description."""
+    snakemake(workdir, "--report", str(archive_path))
+    with zipfile.ZipFile(archive_path) as archive:
+        folder = archive_path.stem
+        raw = [(Path(name).name, archive.read(name)) for name in archive.namelist() if name.startswith(f"{folder}/data/raw/")]
+        page = archive.read(f"{folder}/report.html").decode()
+    lines = dict(re.findall(r"<li><strong>(\w+)</strong>(.*?)</li>", page, re.S))
+    return raw, lines
+
+
+@pytest.mark.workflow
+def test_the_report_of_a_run_only_validation_selected_has_its_validation_figures_and_no_qualification(
+    selected_workdir: Path, tmp_path: Path
+):
+    """Issue 34 item 6: the state the README recommends for experimenting reports what it has, and says what is absent."""
+    raw, lines = report_of(selected_workdir, tmp_path / "report.zip")
+    assert sorted(raw) == sorted((Path(figure).name, (selected_workdir / RUN / figure).read_bytes()) for figure in FIGURES[:2])
+    assert ABSENT in lines["base"] and "objective" in lines["base"] and "segment_contrastive" in lines["base"]
+
+
+@pytest.mark.workflow
+def test_the_report_of_a_qualified_and_a_selected_run_says_which_is_qualified(workdir: Path, tmp_path: Path):
+    config = tiny_config()
+    config["runs"]["extra"] = {**config["runs"]["base"], "train": {**config["runs"]["base"]["train"], "epochs": 1, "seed": 1}}
+    config["runs"]["extra"].pop("profiling")
+    write_config(workdir, config)
+    snakemake(workdir, "validation_selection")  # extra: one epoch, its selection and validation figures
+    raw, lines = report_of(workdir, tmp_path / "report.zip")
+    base = {(Path(figure).name, (workdir / RUN / figure).read_bytes()) for figure in FIGURES}  # qualification's too
+    extra = {(Path(figure).name, (workdir / "results/runs/extra" / figure).read_bytes()) for figure in FIGURES[:2]}
+    assert sorted(raw) == sorted(base | extra)
+    assert ABSENT in lines["extra"] and ABSENT not in lines["base"], lines
+
+
 def test_workflow_description_names_each_runs_selection_rule_as_the_config_fills_it():
     """`metric: val_loss` without a mode is minimised: the report says so (the schema fills the mode in)."""
     config = tiny_config()
@@ -133,3 +171,4 @@ def test_workflow_description_names_each_runs_selection_rule_as_the_config_fills
     page = jinja2.Template(template).render(snakemake=type("S", (), {"config": config}))
     assert "selection by max ``val_accuracy``" in page
     assert "selection by min ``val_loss``" in page
+    assert "objective ``segment_contrastive``" in page and "masked-patch" not in page  # the configured objective

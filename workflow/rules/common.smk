@@ -4,6 +4,7 @@ import re
 import shlex
 import sys
 
+from rffm.config.invocation import report_only
 from rffm.data.sources import input_files as source_input_files
 from rffm.ops import planning
 from rffm.records import layout, ledger, pipeline
@@ -14,6 +15,8 @@ from rffm.training import sweep
 
 # One validator: readable problems, then the schema's defaults (the only place defaults live).
 planning.check_config(config, workflow)
+# On cluster nodes or VMs, scratch and the GPU are theirs: checked when each job starts; the plan says so.
+planning.note_node_checks(workflow, config)
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).
@@ -459,6 +462,18 @@ def final_reports(run):
 
 def all_validation_reports():
     return [f for run in config["runs"] for f in validation_reports(run)]
+
+
+# `snakemake --report` runs nothing and stops at the first report file of its target's jobs that does not exist: there
+# a target names only what the runs have made so far (a run only validation-selected: its validation figures; the
+# report's text, report/workflow.rst, says which sections are absent).
+REPORT_ONLY = report_only(workflow)
+
+
+def made_so_far(*targets):
+    """A target rule's files (lists of them); under `snakemake --report` those that exist."""
+    files = [f for target in targets for f in target]
+    return [f for f in files if os.path.exists(f)] if REPORT_ONLY else files
 
 
 def all_final_reports():

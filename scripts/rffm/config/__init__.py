@@ -14,7 +14,7 @@ This face re-exports the entry points callers use (`from rffm.config import load
 
 from rffm.config.defaults import entry_defaults, fill_defaults
 from rffm.config.files import duplicate_keys, file_problems, merge, read
-from rffm.config.invocation import check_default_file, snakemake_settings
+from rffm.config.invocation import check_default_file, snakemake_settings, typed_overrides, where_jobs_run
 from rffm.config.schema import SCHEMA, load_schema
 from rffm.config.validate import check, for_results, load, problems
 
@@ -33,4 +33,6 @@ __all__ = [
     "problems",
     "read",
     "snakemake_settings",
+    "typed_overrides",
+    "where_jobs_run",
 ]

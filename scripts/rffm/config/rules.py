@@ -70,13 +70,19 @@ def _snr_points(grid: dict[str, float]) -> int:
     return math.floor((grid["max"] - grid["min"]) / grid["step"] + 0.5) + 1
 
 
+def common_divisors(lengths: list[int]) -> str:
+    """The numbers that divide every length, listed."""
+    common = math.gcd(*lengths)
+    return ", ".join(str(d) for d in range(1, common + 1) if common % d == 0)
+
+
 def dataset_problems(name: str, spec: dict[str, Any]) -> list[str]:
     """Constraints between the fields of one dataset (defaults filled in)."""
     where, problems = f"datasets.{name}", []
     splits = spec["splits"]
     total = splits["train"] + splits["val"] + splits["test"]
     if abs(total - 1) > SPLIT_TOLERANCE:
-        problems.append(f"{where}.splits: train + val + test = {total:g}, not 1. Fix: give fractions that sum to 1 (e.g. 0.6, 0.2, 0.2)")
+        problems.append(f"{where}.splits: train + val + test = {total:g}, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}")
     ranges = [(f"{where}.select.snr_db", spec.get("select", {}).get("snr_db", {}))]
     synthetic = spec.get("synthetic") if spec["source"] == "synthetic" else None
     if synthetic is not None:
@@ -129,15 +135,17 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
                 "(when it is not written, its default is for the default depth)"
             )
         readers = [spec.get("dataset")] + [run["dataset"] for run in config["runs"].values() if run["backbone"] == name]
-        for dataset in dict.fromkeys(d for d in readers if d in config["datasets"]):
-            known = signal_length(config["datasets"][dataset])
-            if known is None or known[0] % arch["patch"] == 0:
+        known = {d: signal_length(config["datasets"][d]) for d in dict.fromkeys(d for d in readers if d in config["datasets"])}
+        lengths = sorted({length for length, _ in filter(None, known.values())})
+        for dataset, (length, key) in ((d, k) for d, k in known.items() if k is not None):
+            if length % arch["patch"] == 0:
                 continue
-            length, key = known
             wrong = "is longer than" if arch["patch"] > length else "does not divide"
+            # one patch serves every dataset the backbone reads: name a patch that divides them all
+            fits = f"{length}" if len(lengths) == 1 else f"every length it reads ({', '.join(map(str, lengths))}: one of {common_divisors(lengths)})"
             problems.append(
                 f"{where}.patch: {arch['patch']} {wrong} the signal length {length} (datasets.{dataset}.{key}). "
-                f"Fix: use a patch that divides {length}, or change datasets.{dataset}.{key}"
+                f"Fix: use a patch that divides {fits}, or change datasets.{dataset}.{key}"
             )
     return problems
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from rffm import config as rffm_config
+from rffm.config.invocation import NODES, command_line
 from rffm.data import cache_plan
 from rffm.errors import PlanRefused, RffmError
 from rffm.model.usercode import user_source
@@ -34,10 +36,22 @@ def refused(error: RffmError) -> PlanRefused:
 def check_config(config: dict[str, Any], workflow: Any) -> None:
     """The one validator: readable problems, then the schema's defaults; the config files and, where jobs
     and files are on this machine, the machine."""
+    if given := dict(workflow.config_settings.config or {}):  # --config: its nested values came as strings
+        rffm_config.typed_overrides(config, given, rffm_config.load_schema())
     try:
         rffm_config.check(config, **rffm_config.snakemake_settings(workflow))
     except RffmError as error:
         raise refused(error) from None
+
+
+def note_node_checks(workflow: Any, config: dict[str, Any]) -> None:
+    """One line on stderr when the jobs run on cluster nodes or VMs: their scratch and GPU cannot be checked here."""
+    if planning(workflow) and rffm_config.where_jobs_run(workflow) == NODES:
+        print(
+            f"rffm: scratch ({config['scratch']}) and device ({config['device']}) are checked on each compute node "
+            "when its job starts, not while planning: the executor runs the jobs there",
+            file=sys.stderr,
+        )
 
 
 def worker_container(environ: dict[str, str] = os.environ) -> str | None:
@@ -73,6 +87,50 @@ def refuse_unfit_caches(workflow: Any, config: dict[str, Any], results: str, scr
     """Caches that cannot fit the scratch disk (or a dataset length the backbone does not take) stop the plan, -n included."""
     if planning(workflow) and (problems := cache_plan.refusals(config, results, scratch, disk)):
         raise PlanRefused("rffm: " + "\n  ".join(problems))
+
+
+# How a SLURM job books a GPU (snakemake-executor-plugin-slurm): the gpu, gpu_model or gres resource, or sbatch's own
+# options in slurm_extra.
+SLURM_GPU_OPTION = re.compile(r"--gpus|--gres[= ]\S*gpu|(^|\s)-G\s*[1-9]")
+
+
+def _raw(resource: Any) -> str:
+    """A resource's value as given (profile or command line), without the quotes a command line expression keeps."""
+    return str(getattr(resource, "raw", resource) or "").strip().strip("'\"")
+
+
+def books_gpu(resources: Any) -> bool:
+    """Whether a rule's SLURM resources ask for a GPU."""
+    given = {name: _raw(resource) for name, resource in resources.items()}
+    return (
+        given.get("gpu", "0") not in ("", "0")
+        or bool(given.get("gpu_model"))
+        or "gpu" in given.get("gres", "")
+        or bool(SLURM_GPU_OPTION.search(given.get("slurm_extra", "")))
+    )
+
+
+def refuse_unbooked_gpus(workflow: Any) -> None:
+    """On SLURM, a rule that computes on CUDA (its `device` resource: the config's `device`) and books no GPU stops
+    the plan, -n included: its job would wait in the queue only to find no GPU on its node. Whether the node's GPU
+    is visible to torch is checked there, when the job starts (rffm.runtime.device)."""
+    if not planning(workflow) or rffm_config.where_jobs_run(workflow) != NODES:
+        return
+    args = command_line(str(workflow.main_snakefile), profiles=True)  # read once already: where_jobs_run
+    if args is None or args.executor != "slurm":
+        return
+    unbooked = {
+        rule.name: device
+        for rule in workflow.rules
+        if (device := _raw(rule.resources.get("device"))).startswith("cuda") and not books_gpu(rule.resources)
+    }
+    if unbooked:
+        raise PlanRefused(
+            f"rffm: {', '.join(f'{name} (device {device})' for name, device in unbooked.items())}: their SLURM jobs book no "
+            "GPU (no gpu, gpu_model or gres resource), so they would run on nodes without one. Fix: book one GPU each in the "
+            f"profile's set-resources ({'; '.join(f'{name}: {{gpu: 1}}' for name in unbooked)}), as profiles/slurm/config.yaml "
+            "does, or compute on the CPU: `device: cpu` under the profile's config:"
+        )
 
 
 def print_lock(workflow: Any) -> None:
@@ -161,14 +219,8 @@ def command_line_targets(workflow: Any) -> list[str]:
     workflow only after parsing it); none for a job, an API caller (rffm posttrain) or an unreadable line."""
     if not planning(workflow):
         return []
-    if "snakemake" not in os.path.basename(os.path.dirname(sys.argv[0]) + sys.argv[0]):
-        return []
-    try:
-        from snakemake.cli import get_argument_parser
-
-        return sorted(get_argument_parser().parse_args(sys.argv[1:]).targets or [])
-    except (SystemExit, Exception):  # whatever Snakemake's own parser makes of it, it reports itself
-        return []
+    args = command_line(str(workflow.main_snakefile))
+    return sorted(args.targets or []) if args is not None else []
 
 
 def check_targets(workflow: Any, config: dict[str, Any], results: str) -> None:

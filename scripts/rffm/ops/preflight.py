@@ -1,7 +1,8 @@
 """`rffm preflight --profile gcp-batch`: what a Google Batch run needs, checked before anything is submitted.
 
 Reads the profile (profiles/gcp-batch/config.yaml) and the environment it names, then asks Cloud Storage
-(STORAGE_EMULATOR_HOST for a local emulator) about the bucket. Each problem is one line with its fix;
+(STORAGE_EMULATOR_HOST for a local emulator) about the bucket. Each problem is one line with its fix, no
+credentials (or refused ones) included, and the offline checks are reported whatever the credentials;
 a setup without problems prints what was checked. Nothing is created or changed.
 
 Checked: every environment variable the profile (and the workflow: RFFM_WORKER_IMAGE) reads; the worker
@@ -151,9 +152,10 @@ def identity_problems(env: Mapping[str, str]) -> list[str]:
 
 def bucket_checks(client: Any, bucket_name: str, region: str, account: str | None) -> tuple[list[str], list[str]]:
     """(problems, checked) of the results bucket: it exists and is reachable, its region, access, IAM and ledger."""
+    import google.auth.exceptions
     from google.api_core import exceptions as api
 
-    from snakemake_storage_plugin_rffm_gcs import BUCKET_NAME, missing_bucket
+    from snakemake_storage_plugin_rffm_gcs import BUCKET_NAME, PLUGIN, explanation, missing_bucket
 
     if not BUCKET_NAME.fullmatch(bucket_name):
         return [f"RFFM_GCS_BUCKET={bucket_name}: not a valid bucket name (lower-case letters, digits, '-', '_', '.'). Fix: correct it"], []
@@ -161,9 +163,11 @@ def bucket_checks(client: Any, bucket_name: str, region: str, account: str | Non
     try:  # what the rffm-gcs plugin and the jobs do: list objects (storage.objects.list)
         next(iter(client.list_blobs(bucket, max_results=1, timeout=20)), None)
     except api.NotFound:
-        return [str(missing_bucket(bucket_name)).removeprefix("rffm-gcs: ")], []
+        return [str(missing_bucket(bucket_name)).removeprefix(f"{PLUGIN}: ")], []
     except (api.Forbidden, api.Unauthorized) as error:
         return [f"gs://{bucket_name}: access denied ({error.message}). Fix: grant your account roles/storage.objectAdmin ({README})"], []
+    except google.auth.exceptions.GoogleAuthError as error:  # credentials Google refuses (expired, revoked): not the network
+        return [explanation(error, f"reading gs://{bucket_name}").removeprefix(f"{PLUGIN}: ")], []
     except Exception as error:  # noqa: BLE001 - unreachable endpoint, DNS, TLS: one line naming it
         endpoint = getattr(client, "api_endpoint", "Cloud Storage")
         return [f"gs://{bucket_name}: cannot reach {endpoint} ({type(error).__name__}). Fix: check the network, STORAGE_EMULATOR_HOST"], []
@@ -236,6 +240,19 @@ def ledger_protections(client: Any, prefix_url: str) -> list[str]:
     return [f"ledger {where}: {what}" for where, what in ledger.protections(store)]
 
 
+def storage_client(project: str | None) -> tuple[Any, str | None]:
+    """(a Cloud Storage client with the Application Default Credentials, None), or (None, the problem) without any."""
+    import google.auth.exceptions
+    from google.cloud import storage
+
+    from snakemake_storage_plugin_rffm_gcs import NO_CREDENTIALS, PLUGIN
+
+    try:
+        return storage.Client(project=project), None
+    except google.auth.exceptions.DefaultCredentialsError:
+        return None, NO_CREDENTIALS.removeprefix(f"{PLUGIN}: ")
+
+
 def preflight(profile: str | Path, checkout: Path, env: Mapping[str, str] | None = None, client: Any = None) -> tuple[list[str], list[str]]:
     """(problems, checked): one line per problem with its fix; what was checked when it holds."""
     env = os.environ if env is None else env
@@ -256,9 +273,9 @@ def preflight(profile: str | Path, checkout: Path, env: Mapping[str, str] | None
     bucket_name = prefix.removeprefix("gs://").partition("/")[0]
     if env.get("RFFM_GCS_BUCKET") and "$" not in bucket_name:
         if client is None:
-            from google.cloud import storage
-
-            client = storage.Client(project=env.get("RFFM_GCP_PROJECT") or None)
+            client, problem = storage_client(env.get("RFFM_GCP_PROJECT") or None)
+            if problem:
+                return [*problems, problem], checked
         region = str(settings.get("rffm-googlebatch-region", ""))
         bucket_problems, bucket_checked = bucket_checks(client, bucket_name, region, env.get("RFFM_BATCH_SERVICE_ACCOUNT"))
         problems += bucket_problems

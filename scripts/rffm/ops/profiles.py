@@ -51,12 +51,13 @@ def conflict(link: Path, source: Path) -> str | None:
 
 
 def install_profiles(checkout: str | Path = CHECKOUT, target_dir: str | Path | None = None, names: tuple[str, ...] = PROFILES) -> list[str]:
-    """Link each profile into Snakemake's user profile directory (every name checked before any is linked); one line per name."""
+    """Link each profile into Snakemake's user profile directory (every name checked before any is linked); one line per
+    name. Refused names: one RffmError, one line of its message per name."""
     target = Path(target_dir) if target_dir else user_profile_dir()
     pairs = [(target / name, (Path(checkout) / "profiles" / name).resolve()) for name in names]
     problems = [problem for link, source in pairs if (problem := conflict(link, source))]
     if problems:
-        raise RffmError(" ".join(problems))
+        raise RffmError("\n".join(problems))
     done = []
     for link, source in pairs:
         if linked(link, source):
