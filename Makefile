@@ -143,5 +143,7 @@ rml2018-compare: setup
 docs: setup
 	$(BIN)/rffm config_reference --write config/REFERENCE.md
 
+# Where the workflow ran as root the ledger entries are immutable (chattr +i): rffm clears the flag first, naming each.
 clean:
+	@if [ -x $(BIN)/rffm ]; then $(BIN)/rffm release_immutable results scratch .snakemake; fi
 	rm -rf results scratch .snakemake

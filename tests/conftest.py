@@ -31,8 +31,9 @@ TARGET_RULES = {"final_qualification", "validation_selection"}
 # Each module is one work unit, run whole on one worker (its module fixtures built once), as --dist loadfile makes it;
 # the modules of one SHARED entry are one unit (the SLURM modules: one local cluster per session, `cluster`).
 SHARED = [("test_slurm", "test_slurm_guarantees")]
-# Modules whose every test is a work unit of its own (they share only session fixtures): the kill battery's 23 points.
-SPLIT = {"test_kill_battery"}
+# Modules whose every test is a work unit of its own (they share only session fixtures): the kill battery's 23 points,
+# the guarantee matrix's 57 cells.
+SPLIT = {"test_kill_battery", "test_guarantee_matrix"}
 # The longest units start first (from the 25 slowest tests `make test` prints), so that the end of the run is the
 # short modules on both workers, not one long one on one of them; every other module follows in collection order.
 LONGEST_FIRST = [
@@ -51,6 +52,7 @@ LONGEST_FIRST = [
     "test_posttrain",
     "test_cores",
     "test_kill_battery",  # 23 units of ~10 s each: filling in for the long ones
+    "test_guarantee_matrix",  # 57 units of ~6 s each, once test_byo has built the matrix tree they copy
     "test_examples",
     "test_config_refusals",
 ]
@@ -283,6 +285,63 @@ def selected_tree(tmp_path_factory) -> Path:
         snakemake(workdir, "validation_selection")
 
     return built_once(tmp_path_factory, "selected", build)
+
+
+# ---- one run of every kind, qualified (the guarantee matrix: tests/workflow/test_guarantee_matrix.py) ----
+# kind -> the run (or reference) that stands for it in matrix_config()
+RUN_KINDS = {
+    "pretrained backbone": "base",
+    "random floor": "floor",
+    "python source (.pth)": "waves",
+    "python source, safetensors": "spectrum",
+    "export source (.pt2)": "exported",
+    "sweep": "sweep",
+    "label-scarce": "scarce",
+    "end-to-end reference": "cnn",
+}
+
+
+def matrix_config(digests: dict[str, str]) -> dict:
+    """The tiny config with a run of every kind on the tiny dataset: the embedded pretrained backbone (base), its random
+    floor, the three example user backbones (tests/byo.py), a sweep, a label-scarce run and an end-to-end reference."""
+    from byo import backbones
+
+    config = tiny_config()
+    base = config["runs"]["base"]
+    base.pop("profiling")
+    config["backbones"] |= backbones(digests) | {"floor": {**config["backbones"]["mini"], "source": "random"}}
+    config["backbones"]["floor"].pop("pretrain")
+    runs = {name: {**base, "backbone": name} for name in ("floor", "waves", "spectrum", "exported")}
+    runs["sweep"] = {**base, "sweep": {"train.lr": [0.01, 0.03]}}
+    runs["scarce"] = {**base, "train": {**base["train"], "labels_per_class_snr": 2}}
+    config["runs"] = {"base": base, **yaml.safe_load(yaml.safe_dump(runs))}  # no YAML aliases between runs
+    config["references"] = {
+        "cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}}
+    }
+    return config
+
+
+@pytest.fixture(scope="session")
+def matrix_selected_tree(tmp_path_factory) -> Path:
+    """Every kind of run trained and selected (never qualified), once per session: read it or copy it."""
+
+    def build(workdir: Path) -> None:
+        from byo import user_models
+
+        write_config(workdir, matrix_config(user_models(workdir)))
+        snakemake(workdir, "validation_selection")
+
+    return built_once(tmp_path_factory, "matrix-selected", build)
+
+
+@pytest.fixture(scope="session")
+def matrix_tree(matrix_selected_tree: Path, tmp_path_factory) -> Path:
+    """Every kind of run qualified, once per session (the selected tree plus its qualifications): read it or copy it."""
+
+    def build(root: Path) -> None:
+        snakemake(copy_workdir(matrix_selected_tree, root / "work"))
+
+    return built_once(tmp_path_factory, "matrix", build) / "work"
 
 
 @pytest.fixture

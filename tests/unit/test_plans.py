@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,27 @@ def test_judged_by_records_without_a_config_and_by_the_record_where_a_config_con
     assert plans.judge(tmp_path, other, by_config=True).config is other
 
 
+def test_a_run_that_the_config_files_which_planned_it_no_longer_have_is_judged_removed(tmp_path: Path):
+    """Issue 34 item 10: deleted from its config, a run is stale for the bare commands (no --by-config needed)."""
+    store, config = PosixStore(tmp_path / "results"), resolved()
+    config["runs"]["extra"] = config["runs"]["base"]
+    written = tmp_path / "c.yaml"
+    written.write_text("runs: {base: {}, extra: {}}\n")
+    plans.record_plans(config, [written], {}, store, cwd=str(tmp_path))
+    assert plans.judge(tmp_path / "results").has_run("extra") and not plans.judge(tmp_path / "results").notes
+    written.write_text("runs: {base: {}}\n")  # extra deleted from the file that planned it
+    judged = plans.judge(tmp_path / "results")
+    assert set(judged.config["runs"]) == {"base"} and not judged.has_run("extra") and judged.has_run("base")
+    assert len(judged.notes) == 1 and judged.notes[0].startswith("plan: runs extra are no longer in the config files that planned")
+    assert not judged.is_planned("runs/extra/epochs/1") and judged.is_planned("runs/base/epochs/1")
+    given = plans.judge(tmp_path / "results", resolved())  # --config without extra: removed too, not "contradicted"
+    assert not given.has_run("extra") and len(given.notes) == 1 and "no longer in the config files" in given.notes[0]
+    written.write_text("runs: [\n")  # half-edited: nothing to judge by, so the record speaks
+    assert plans.judge(tmp_path / "results").has_run("extra")
+    written.unlink()
+    assert plans.judge(tmp_path / "results").has_run("extra")
+
+
 def test_the_rebuild_command_carries_the_recorded_options_and_starts_where_the_tree_is(tmp_path: Path):
     store, config = PosixStore(tmp_path / "results"), resolved()
     plans.record_plans(config, [tmp_path / "tiny.yaml"], {"device": "cpu"}, store, replaced=True, cwd=str(tmp_path))
@@ -89,3 +111,5 @@ def test_a_damaged_plan_record_is_named_by_verify_and_never_judged_by(tmp_path: 
     assert len(problems) == 1 and problems[0].startswith(f"{path}: "), problems
     assert plans.latest(store, "base") is None  # the commands never judge by it
     assert plans.judge(tmp_path).config is None
+    subprocess.run(["bash", "-c", problems[0].split(" Fix: ", 1)[1]], cwd=tmp_path, check=True)  # the fix, as printed
+    assert plans.plan_problems(tmp_path) == [] and plans.record_plans(config, [], {}, store) == ["runs/base/launch/plan-1.json"]

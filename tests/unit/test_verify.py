@@ -1,8 +1,11 @@
 import json
+import subprocess
 from pathlib import Path
 
 from rffm.ops.verify import verify_tree
+from rffm.records import ledger
 from rffm.records.step import Step
+from rffm.records.store import PosixStore
 
 
 def make_chain(root: Path) -> None:
@@ -43,3 +46,34 @@ def test_verify_never_crashes_on_a_malformed_sentinel(tmp_path: Path):
     path.write_text(json.dumps(body))
     problems = verify_tree(tmp_path).broken
     assert problems and all(str(path) in p or "selection" in p for p in problems)
+
+
+def run_fixes(problems: list[str], cwd: Path) -> None:
+    """Each problem's Fix, run literally as a shell command, in the order printed (each distinct one once)."""
+    for command in dict.fromkeys(problem.split(" Fix: ", 1)[1] for problem in problems):
+        subprocess.run(["bash", "-c", command], cwd=cwd, check=True, capture_output=True)
+
+
+def test_damage_outside_the_step_folders_is_named_with_a_fix_that_works(tmp_path: Path):
+    """Issue 34: every BROKEN line names its fix. A ledger entry moved to another run's key, a copy of one, a launch
+    record whose profile copy was edited, an artifact no selection records: each fix, run as printed, leaves verify clean."""
+    split = "xxh3_128_of_parts:" + "ab" * 16
+    store = PosixStore(tmp_path)
+
+    def entry(run: str) -> dict:
+        return {"split_digest": split, "run": run, "artifact_sha256": "a" * 64, "metrics": {"accuracy": 0.5}}
+
+    ledger.claim(store, entry("run-a"))
+    (tmp_path / ledger.entry_key(split, "run-c")).write_bytes(ledger.encode(entry("run-b")))  # moved: its place is free
+    (tmp_path / ledger.entry_key(split, "run-d")).write_bytes(ledger.encode(entry("run-a")))  # a copy: its place is taken
+    launch = tmp_path / "runs/r/launch/slurm"
+    launch.mkdir(parents=True)
+    (launch / "config.yaml").write_text("executor: slurm\n")
+    (launch / "launch.json").write_text(json.dumps({"file": "launch/slurm/config.yaml", "sha256": "0" * 64}))
+    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "artifacts" / f"sha256-{'0' * 64}.pt").write_bytes(b"not those bytes")
+    broken = verify_tree(tmp_path).broken
+    assert len(broken) == 4 and all(" Fix: " in problem for problem in broken), broken
+    run_fixes(broken, tmp_path)
+    assert verify_tree(tmp_path).broken == []
+    assert ledger.read(store, ledger.entry_key(split, "run-b"))["run"] == "run-b"  # moved back where it belongs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from byo import backbones, user_models
 from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
 from rffm.data import cache_plan
 from rffm.model.taps import keep_options, spec_for
+from rffm.records.files import sha256_file
 
 pytestmark = pytest.mark.workflow
 
@@ -35,23 +37,17 @@ def byo_config(specs: dict) -> dict:
     return config
 
 
-@pytest.fixture(scope="module")
-def byo_selected(tmp_path_factory) -> Path:
-    """The three runs trained and selected, never qualified (their settings and code may change)."""
-    workdir = tmp_path_factory.mktemp("byo") / "selected"
-    workdir.mkdir()
-    specs = backbones(user_models(workdir))
-    write_config(workdir, byo_config(specs))
-    snakemake(workdir, "validation_selection")
-    return workdir
+@pytest.fixture
+def byo_selected(matrix_selected_tree: Path) -> Path:
+    """The three runs (waves, spectrum, exported) trained and selected, never qualified, beside a run of every other kind
+    (conftest.matrix_config): read it, or copy it before a change."""
+    return matrix_selected_tree
 
 
-@pytest.fixture(scope="module")
-def byo_finished(byo_selected: Path, tmp_path_factory) -> Path:
-    """The same three runs qualified (their qualification and reports the only jobs)."""
-    workdir = copy_workdir(byo_selected, tmp_path_factory.mktemp("byo-qualified") / "work")
-    snakemake(workdir)
-    return workdir
+@pytest.fixture
+def byo_finished(matrix_tree: Path) -> Path:
+    """The same runs qualified: read it, or copy it before a change."""
+    return matrix_tree
 
 
 @pytest.fixture
@@ -123,6 +119,48 @@ def test_touching_the_weights_and_the_user_code_reruns_nothing(byo_finished: Pat
     for path in [*(workdir / "weights").iterdir(), *(workdir / "models").glob("*.py")]:
         os.utime(path, (later, later))
     assert planned_jobs(workdir) == []
+
+
+def pin_refusal(workdir: Path, *args: str) -> str:
+    """The one line a plan refused with for the exported backbone's pin (nothing may have run)."""
+    refused = snakemake(workdir, *args, check=False)
+    lines = [line.strip() for line in (refused.stdout + refused.stderr).splitlines() if "backbones.exported.sha256" in line]
+    assert refused.returncode != 0 and len(lines) == 1, (args, refused.stderr[-2000:])
+    return lines[0]
+
+
+def test_a_backbone_file_that_is_not_the_pinned_one_is_refused_while_planning_and_each_fix_works(byo_workdir: Path):
+    """Issue 34: planning compares an existing file's sha256 with the pin (-n included), before any job; both fixes the
+    line names, applied literally, plan and finish the workflow with verify clean."""
+    config = config_of(byo_workdir)
+    program, pinned = byo_workdir / "weights/spectrumfm_like.pt2", config["backbones"]["exported"]["sha256"]
+    before = results_files(byo_workdir)
+    # a typo in the pin: set sha256 to what the file has (the file is the one to import)
+    typo = copy.deepcopy(config)
+    typo["backbones"]["exported"]["sha256"] = "0" * 64
+    write_config(byo_workdir, typo)
+    for args in (["-n"], ["validation_selection"]):
+        line = pin_refusal(byo_workdir, *args)
+        assert line == (
+            f"backbones.exported.sha256: weights/spectrumfm_like.pt2 has sha256 {pinned}, config expects {'0' * 64}. "
+            f"Fix: point backbones.exported.path at the pinned file, or set backbones.exported.sha256: {pinned} if "
+            "weights/spectrumfm_like.pt2 is the file to import (which reruns everything built on that backbone)"
+        )
+    assert results_files(byo_workdir) == before
+    write_config(byo_workdir, config)  # sha256: the digest the line named
+    assert planned_jobs(byo_workdir, "validation_selection") == []
+    # the file replaced: point path at the pinned file (kept elsewhere)
+    shutil.copyfile(program, byo_workdir / "weights/pinned.pt2")
+    program.write_bytes(program.read_bytes() + b"not the pinned bytes")
+    line = pin_refusal(byo_workdir, "-n", "validation_selection")
+    assert f"weights/spectrumfm_like.pt2 has sha256 {sha256_file(program)}, config expects {pinned}." in line
+    assert results_files(byo_workdir) == before
+    config["backbones"]["exported"]["path"] = "weights/pinned.pt2"
+    write_config(byo_workdir, config)
+    snakemake(byo_workdir, "validation_selection")
+    assert planned_jobs(byo_workdir, "validation_selection") == []
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(byo_workdir / "results")], capture_output=True, text=True)
+    assert verify.returncode == 0 and " 0 problem(s)" in verify.stdout, verify.stdout + verify.stderr
 
 
 @pytest.mark.parametrize("change", ["taps", "keep"])

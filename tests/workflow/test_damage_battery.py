@@ -4,7 +4,7 @@ One finished tiny run is shared; an older version of every file comes from the s
 in-process with other seeds (what "putting back an older copy" restores). Each seeded case copies
 the tree, damages one file (flip a byte, truncate, delete, edit a key, put back an older copy), then:
 
-- `rffm verify results` (plain: no config, no --scratch) names the damaged file;
+- `rffm verify results` (plain: no config, no --scratch) names the damaged file, every line with its fix;
 - the rule that consumes the file, forced (its exact `rffm <rule> ...` command, run in-process, and
   real `snakemake --forcerun` for a sample), either refuses with one line naming the damaged file or
   writes exactly the bytes of the undamaged run (the damaged part is never read);
@@ -275,6 +275,8 @@ def run_case(tree: Path, older: Path, commands, relative: str, kind: str, workdi
         failures.append(f"{case}: verify crashed: {verify.traceback}")
     elif not diagnostic(relative, kind) and (verify.code != 1 or not any(names(line, relative) for line in broken)):
         failures.append(f"{case}: verify did not name it:\n{verify.out}")
+    if any(" Fix: " not in line for line in broken):  # every BROKEN line names its fix (issue 34)
+        failures.append(f"{case}: a BROKEN line names no fix:\n{verify.out}")
     consumer = consumer_of(relative, tree)
     if consumer is None:
         return "verified", failures

@@ -4,13 +4,16 @@ the outputs whose params changed."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import BIN, snakemake
+from conftest import BIN, REPO, snakemake
+from rffm.records.layout import LEDGER
+from rffm.records.store import PosixStore
 
 pytestmark = pytest.mark.workflow
 
@@ -72,3 +75,43 @@ def test_summary_names_exactly_the_outputs_whose_params_changed(workdir: Path, s
 def test_list_changes_params_lists_nothing_right_after_a_clean_run(workdir: Path):
     listed = [line for line in snakemake(workdir, "--list-changes", "params").stdout.splitlines() if line.startswith("results/")]
     assert listed == []
+
+
+def make_clean(workdir: Path, *wrapper: str) -> subprocess.CompletedProcess:
+    """`make clean` in workdir (a checkout: the Makefile, .venv), nothing of a calling make (`make test`) inherited."""
+    env = {key: value for key, value in os.environ.items() if key not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    return subprocess.run([*wrapper, "make", "clean"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_make_clean_releases_and_names_the_immutable_ledger_entries_of_a_qualified_tree(workdir: Path):
+    """Issue 34: a qualification run as root leaves its ledger entries immutable (chattr +i), and `make clean`
+    (`rm -rf results`) failed with `make: *** Error 1`. It names each entry it releases, then removes the tree;
+    a process that may not clear the flag is refused, one line per entry, and the refusal's Fix works."""
+    store = PosixStore(workdir / "results")
+    entries = [key for key in store.list(LEDGER) if key.endswith(".json")]
+    assert entries, "the tiny run is qualified: it has a ledger entry"
+    if not all(store.lock(key) for key in entries):  # what the qualification does (ledger.claim)
+        pytest.skip("this process may not make files immutable (chattr +i): nothing for make clean to release")
+    shutil.copy(REPO / "Makefile", workdir / "Makefile")
+    (workdir / ".venv").symlink_to(REPO / ".venv")
+    tree = ("results", "scratch", ".snakemake")
+
+    # without CAP_LINUX_IMMUTABLE (root in a container's default capabilities): refused before anything is removed
+    denied = make_clean(workdir, "setpriv", "--bounding-set", "-linux_immutable", "--inh-caps", "-linux_immutable")
+    assert denied.returncode != 0 and "Traceback" not in denied.stderr
+    errors = [line for line in denied.stderr.splitlines() if line.startswith("rffm release_immutable: error: ")]
+    assert errors == [
+        f"rffm release_immutable: error: results/{key}: immutable (chattr +i), and this process may not clear the flag "
+        "(that needs root: CAP_LINUX_IMMUTABLE). Fix: run `make clean` as root"
+        for key in entries
+    ], denied.stderr
+    assert all((workdir / "results" / key).is_file() for key in entries)
+
+    cleaned = make_clean(workdir)  # the Fix, literally: `make clean` as root
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    released = [line for line in cleaned.stdout.splitlines() if "immutable" in line]
+    assert released == [f"results/{key}: immutable flag cleared (chattr -i), so it can be removed" for key in entries]
+    assert not any((workdir / name).exists() for name in tree)
+
+    again = make_clean(workdir)  # no tree at all: nothing to release, nothing to say
+    assert again.returncode == 0 and "immutable" not in again.stdout + again.stderr, again.stderr

@@ -10,6 +10,8 @@ tests/workflow/test_workflow.py.)
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, SNAKEFILE, copy_workdir, snakemake
+from conftest import BIN, REPO, SNAKEFILE, copy_workdir, plan_of, snakemake
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records import ledger
 from rffm.records.store import PosixStore
@@ -127,3 +129,17 @@ def test_after_a_kill_the_plan_names_rffm_unlock_and_plain_snakemake_resumes(fre
     assert "rffm unlock" not in resumed.stderr
     for name in ("epochs/3/checkpoint.pt", "selection/selection.json", "qualification/metrics.json"):
         assert (fresh_workdir / RUN / name).read_bytes() == (finished_workdir / RUN / name).read_bytes(), name
+
+
+def test_a_run_started_outside_the_checkout_resumes_after_a_kill(selected_workdir: Path):
+    """Issue 34: plain `snakemake -s <checkout>/workflow/Snakefile -d <dir>` started outside the checkout (the conftest
+    helper's way) reruns what a kill interrupted instead of stopping at IncompleteFilesException: Snakemake finds the
+    workflow profile beside the Snakefile (workflow/profiles/default, a link to profiles/default) from anywhere. The
+    kill is Snakemake's own record of it: the epoch's output marked incomplete, as Snakemake marks a job's outputs
+    when it starts it (.snakemake/incomplete/<urlsafe base64 of the path>)."""
+    output = f"{RUN}/epochs/3/checkpoint.pt"
+    marker = selected_workdir / ".snakemake/incomplete" / base64.urlsafe_b64encode(output.encode()).decode()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"external_jobid": None}))
+    resumed = snakemake(selected_workdir, "-n", "validation_selection")
+    assert plan_of(resumed.stdout) == ["plot_training[run=base]", "select_checkpoint[run=base]", "train_epoch[run=base, epoch=3]"]

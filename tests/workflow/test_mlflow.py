@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, copy_workdir
+from conftest import BIN, REPO, copy_workdir
 
 pytestmark = pytest.mark.workflow
 
@@ -66,3 +66,10 @@ def test_runs_metrics_and_the_model_appear_once(exported_workdir: Path, tmp_path
     [iq], [logits] = info.signature.inputs.inputs, info.signature.outputs.inputs
     assert (iq.name, str(iq.type), iq.shape) == ("iq", "float32", (-1, 2, 64))
     assert (logits.name, str(logits.type), logits.shape) == ("logits", "float32", (-1, 4))
+
+
+def test_the_default_store_beside_the_checkouts_results_is_git_ignored():
+    """Issue 34: `rffm mlflow results` from the checkout writes mlruns/ beside results/, which git listed as new files."""
+    written = ["results/runs/base/sentinel.json", "mlruns/1/meta.yaml", "mlruns/models/rffm/meta.yaml"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=REPO, capture_output=True, text=True)
+    assert ignored.stdout.splitlines() == written, ignored.stderr

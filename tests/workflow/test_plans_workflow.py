@@ -186,3 +186,107 @@ def test_after_a_floor_run_the_bare_compare_prints_all_three_rows(workdir: Path)
     compare = rffm("compare", "results", cwd=workdir)
     rows = [line.split()[1:4] for line in compare.stdout.splitlines()[1:4]]  # after the labels column (all)
     assert rows == [["floor", "floor", "tiny"], ["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]], compare.stdout
+
+
+def tree_bytes(results: Path, leaving_out: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Every file of a results tree but the logs and provenance records (where and when, not what), by path."""
+    files = {p.relative_to(results).as_posix(): p for p in sorted(results.rglob("*")) if p.is_file()}
+    return {
+        name: path.read_bytes()
+        for name, path in files.items()
+        if not name.startswith(("logs/", *leaving_out)) and path.name != "provenance.json"
+    }
+
+
+def replace_with_epoch_1(epoch_dir: Path) -> None:
+    """Epoch 2's folder holding epoch 1's files, as after copying the wrong folder back."""
+    for name in ("checkpoint.pt", "metrics.json", "provenance.json", "sentinel.json"):
+        (epoch_dir / name).chmod(0o644)
+        shutil.copyfile(epoch_dir.parent / "1" / name, epoch_dir / name)
+
+
+def test_an_epoch_replaced_by_another_is_rebuilt_by_the_printed_fix(selected_workdir: Path, selected_tree: Path):
+    """Issue 34 item 5: epoch 3 refuses to resume from a foreign epoch 2 in one line whose Fix rebuilds epoch 2 (rerunning
+    alone would retry epoch 3 and fail the same way); followed literally, the workflow finishes, verify is clean and
+    every result is the uninterrupted run's, byte for byte."""
+    workdir = selected_workdir
+    replace_with_epoch_1(workdir / RUN / "epochs/2")
+    failed = snakemake(workdir, "validation_selection", check=False)
+    log = (workdir / "results/logs/train_epoch/base/3.log").read_text()
+    refusals = [line for line in log.splitlines() if "epoch 3 must resume from epoch 2 of the same run" in line]
+    assert failed.returncode != 0 and len(refusals) == 1 and "Traceback" not in log, log
+    target = "results/runs/base/epochs/2/sentinel.json"
+    command = fix_of(refusals[0])
+    assert command == f"rm -f {target} && snakemake -s {REPO}/workflow/Snakefile {target} --cores all --configfile config.yaml"
+    done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    snakemake(workdir, "validation_selection")  # then the workflow again, as the message says
+    assert rffm("verify", "results", cwd=workdir).returncode == 0
+    assert tree_bytes(workdir / "results") == tree_bytes(selected_tree / "results")
+
+
+def test_every_broken_line_names_a_fix_and_each_kind_works_as_printed(workdir: Path, finished_workdir: Path):
+    """Issue 34: every BROKEN line of verify and status ends with its fix. One tree with a damage of each kind whose fix
+    is not the damaged step's own rebuild (test_the_fix_for_a_damaged_file_works_as_printed): an upstream step deleted
+    whole, an upstream replaced by another step's files, a damaged artifact, memo entry and hidden-state cache. Each
+    distinct fix, run as printed in verify's order, leaves verify clean and every result as it was."""
+    results = workdir / "results"
+    shutil.rmtree(results / "backbones/mini")
+    replace_with_epoch_1(results / "runs/base/epochs/2")
+    artifact = results / json.loads((workdir / RUN / "selection/selection.json").read_text())["artifact_path"]
+    memo = next(s.parent for s in (results / "memo/train_epoch").glob("*/sentinel.json") if json.loads(s.read_text())["key"]["epoch"] == 1)
+    cache = workdir / "scratch/tiny__mini/meta.json"
+    for damaged in (artifact, memo / "metrics.json", cache):
+        damaged.chmod(0o644)
+        damaged.write_bytes(damaged.read_bytes() + b" ")
+    verify = rffm("verify", "results", cwd=workdir)
+    status = rffm("status", "results", "--full", cwd=workdir)
+    broken = [line for line in verify.stdout.splitlines() if line.startswith("BROKEN")]
+    shown = [line for line in status.stdout.splitlines() if line.startswith("BROKEN")]
+    assert verify.returncode == 1 and len(broken) >= 9 and shown, verify.stdout + status.stdout
+    assert [line for line in broken + shown if " Fix: " not in line] == []
+    for command in dict.fromkeys(fix_of(line) for line in broken):
+        done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), capture_output=True, text=True)
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+    after = rffm("verify", "results", cwd=workdir)
+    assert after.returncode == 0 and "BROKEN" not in after.stdout, after.stdout
+    assert "BROKEN" not in rffm("status", "results", "--full", cwd=workdir).stdout
+    entry = memo.relative_to(results).as_posix()  # removed by its fix: a damaged entry is never restored
+    assert tree_bytes(results) == tree_bytes(finished_workdir / "results", leaving_out=(entry,))
+
+
+def test_the_fix_for_a_deleted_ledger_entry_is_its_backup(workdir: Path, finished_workdir: Path):
+    """The ledger is write-once: nothing writes a deleted entry again (that would reset the exposure), so the fix
+    verify names is the backup; restored, verify is clean."""
+    entry = next((workdir / "results/ledger").rglob("*.json"))
+    entry.unlink()
+    verify = rffm("verify", "results", cwd=workdir)
+    lines = [line for line in verify.stdout.splitlines() if line.startswith("BROKEN") and str(entry) in line]
+    assert verify.returncode == 1 and len(lines) == 1 and fix_of(lines[0]) == f"restore {entry} from a backup", verify.stdout
+    shutil.copyfile(finished_workdir / entry.relative_to(workdir), entry)  # the backup: the undamaged tree
+    assert rffm("verify", "results", cwd=workdir).returncode == 0
+
+
+def test_a_run_removed_from_its_config_is_stale_for_the_bare_commands_and_pruned_whole(workdir: Path):
+    """Issue 34 item 10: a run deleted from the config that planned it is stale for plain `rffm status|prune` (no
+    --config or --by-config); the `--delete` prune prints removes it whole, so status never shows it pending again."""
+    config = tiny_config()
+    config["runs"]["extra"] = {**config["runs"]["base"], "train": {**config["runs"]["base"]["train"], "epochs": 1, "seed": 1}}
+    config["runs"]["extra"].pop("profiling")
+    write_config(workdir, config)
+    snakemake(workdir, "results/runs/extra/epochs/1/sentinel.json")  # one epoch; the workflow records extra's plan
+    write_config(workdir, tiny_config())  # extra deleted from config.yaml again
+    status = rffm("status", cwd=workdir)
+    notes = [line for line in status.stdout.splitlines() if line.startswith("note: plan:")]
+    assert len(notes) == 1 and "runs extra are no longer in the config files that planned them (extra (config.yaml" in notes[0]
+    assert set(rows(status.stdout)) == {"base"} and "stale: runs/extra" in status.stdout, status.stdout
+    listed = rffm("prune", "results", cwd=workdir)
+    assert [line for line in listed.stdout.splitlines() if line.startswith("stale ")] == ["stale results/runs/extra/epochs/1"]
+    command = re.search(r"`(rffm prune [^`]*)` removes them", listed.stdout).group(1)
+    assert command == "rffm prune results --delete", listed.stdout
+    subprocess.run(["bash", "-c", command], cwd=workdir, env=env(), check=True, capture_output=True)
+    assert not (workdir / "results/runs/extra").exists()  # its launch and plan records with it
+    status = rffm("status", cwd=workdir)
+    assert set(rows(status.stdout)) == {"base"} and "extra" not in status.stdout, status.stdout
+    verify = rffm("verify", "results", cwd=workdir)
+    assert verify.returncode == 0 and "0 problem(s), 0 stale" in verify.stdout, verify.stdout

@@ -5,6 +5,7 @@ provenance (the entry, and where it was trained), in `rffm status` (column `rest
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,8 +62,13 @@ def test_verify_checks_a_restored_epoch_against_its_memo_entry(restored: Path):
     assert verify.verify_tree(restored / "results").broken == []
     recorded = provenance.read(restored / f"{RUN}/epochs/1/provenance.json")["restored_from"]
     shutil.rmtree(restored / recorded)
-    broken = verify.verify_tree(restored / "results").broken
-    assert broken == [f"{restored}/{RUN}/epochs/1/provenance.json: restored from the memo entry {recorded}, which is missing (deleted?)"]
+    [line] = verify.verify_tree(restored / "results").broken
+    problem, fix = line.split(" Fix: ")
+    assert problem == f"{restored}/{RUN}/epochs/1/provenance.json: restored from the memo entry {recorded}, which is missing (deleted?)."
+    assert fix.startswith(f"rm -f results/runs/base/epochs/1/sentinel.json && snakemake results/runs/base/epochs/1/sentinel.json"), fix
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["bash", "-c", fix], cwd=restored, env=env, check=True, capture_output=True)  # the fix, as printed
+    assert verify.verify_tree(restored / "results").broken == []
 
 
 def test_the_ledger_entry_the_qualify_job_wrote_cannot_be_deleted_or_overwritten_by_a_job(finished_workdir: Path):

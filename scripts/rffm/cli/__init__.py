@@ -23,6 +23,7 @@ from rffm.cli.everyday import (
     predict,
     preflight,
     prune,
+    release_immutable,
     status,
     tensorboard,
     unlock,
@@ -111,6 +112,9 @@ def parser() -> argparse.ArgumentParser:
     text = "Link Snakemake's user profile directory to this checkout's profiles, so `snakemake --profile gcp-batch|slurm` finds them."
     sub = verb(install_profiles, text)
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to link (default: the one this rffm is installed from)")
+    text = "Clear the immutable flag (chattr +i: the ledger entries of a run as root) under FOLDERs, so `make clean` can remove them."
+    sub = verb(release_immutable, text)
+    sub.add_argument("folders", nargs="+", metavar="FOLDER")
     sub = verb(preflight, "Check what a Google Batch run needs before anything is submitted (bucket, image, variables, IAM, network).")
     sub.add_argument("--profile", default="gcp-batch", help="a profile name under the checkout's profiles/, or its directory")
     sub.add_argument("--checkout", help="the rffm checkout whose profiles/ to read (default: the one this rffm is installed from)")

@@ -161,9 +161,26 @@ def install_profiles(args: argparse.Namespace) -> int:
     from rffm.ops.profiles import CHECKOUT
     from rffm.ops.profiles import install_profiles as install
 
-    for line in install(args.checkout or CHECKOUT):
+    try:
+        lines = install(args.checkout or CHECKOUT)
+    except RffmError as refused:  # one line per refused name, each as the CLI prints an error
+        for line in str(refused).splitlines():
+            print(f"rffm {args.command}: error: {line}", file=sys.stderr)
+        return 2
+    for line in lines:
         print(line)
     return 0
+
+
+def release_immutable(args: argparse.Namespace) -> int:
+    from rffm.ops.clean import release_immutable as release
+
+    released, refused = release(Path(folder) for folder in args.folders)
+    for line in released:
+        print(line)
+    for line in refused:
+        print(f"rffm {args.command}: error: {line}", file=sys.stderr)
+    return 2 if refused else 0
 
 
 def preflight(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import IntegrityError
-from rffm.ops.verify import step_problems
+from rffm.ops.verify import fixed, step_problems
 from rffm.records import ledger, provenance
 from rffm.records.layout import (
     EPOCHS,
@@ -33,6 +33,7 @@ from rffm.records.layout import (
     split_file,
 )
 from rffm.records.plans import Judgment
+from rffm.records.rebuild import rebuild_command
 from rffm.records.sentinel import check_record, epoch_metrics, link_problems, read_sentinel, record_digest
 from rffm.records.store import PosixStore
 from rffm.training.selection import best as best_epoch
@@ -48,11 +49,12 @@ def _sentinel(path: Path) -> dict[str, Any] | None:
 
 
 def quick_problems(sentinel_path: Path) -> list[str]:
-    """Sizes of every output, hashes of the small ones, and the upstream links of one sentinel."""
+    """Sizes of every output, hashes of the small ones, and the upstream links of one sentinel; each line ends with
+    its fix (the step's rebuild, as `rffm verify` prints it)."""
     try:
         body = read_sentinel(sentinel_path)
     except IntegrityError as error:
-        return [str(error)]
+        return [fixed(str(error), rebuild_command(sentinel_path, remove=True))]
     problems = []
     for name, record in body["outputs"].items():
         path = sentinel_path.parent / name
@@ -66,7 +68,8 @@ def quick_problems(sentinel_path: Path) -> list[str]:
             problem = check_record(path, record) if record["bytes"] <= QUICK_HASH_BYTES else None
         if problem:
             problems.append(problem)
-    return problems + link_problems(sentinel_path, body)
+    fix = rebuild_command(sentinel_path, remove=True) if problems else ""
+    return [fixed(problem, fix) for problem in problems] + link_problems(sentinel_path, body, fix=True)
 
 
 def integrity(run_dir: Path, planned: Judgment | None, full: bool = False) -> list[str]:

@@ -8,6 +8,7 @@ Every problem is one line naming the file; nothing raises: a malformed record is
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from rffm.records.layout import (
     KEPT,
     MEMO,
     PROVENANCE_NAME,
+    RUNS,
     SENTINEL_NAME,
     launch_folder,
     planned_steps,
@@ -47,41 +49,56 @@ class Report:
     protection: list[str] = field(default_factory=list)  # one line per ledger entry: what keeps it write-once
 
 
+def fixed(problem: str, fix: str, why: str = "") -> str:
+    """A problem line ending with why the fix works, if said, and its fix (in place of a general one the message carried)."""
+    return f"{problem.split(' Fix: ')[0].rstrip('.')}{f'; {why}' if why else ''}. Fix: {fix}"
+
+
 def step_problems(sentinel_path: Path) -> list[str]:
-    """A step folder's problems: its sentinel, outputs, upstream links and provenance."""
+    """A step folder's problems (its sentinel, outputs, upstream links, provenance, records in the store), each line
+    ending with its fix: of the folder itself, the command that rebuilds the step (its outputs come back byte for byte)."""
     try:
         body = read_sentinel(sentinel_path)
-        damaged = sentinel_problems(sentinel_path)
-        if damaged:  # the step's outputs no longer match: rebuilding the step replaces them
-            fix = f". Fix: {rebuild_command(sentinel_path, remove=True)}"
-            damaged = [problem + fix for problem in damaged]
-        problems = damaged + link_problems(sentinel_path, body)
+        own = sentinel_problems(sentinel_path)
+        links = link_problems(sentinel_path, body, fix=True)
         record = provenance.read(sentinel_path.parent / PROVENANCE_NAME, sentinel_path)
-        named = {problem.split(": ")[0] for problem in problems}  # every problem starts with the file it names
-        partial = [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
-        restored = memo.restored_problems(sentinel_path.parent, record, tree_of(sentinel_path))  # its memo entry's bytes
-        return problems + partial + stored_problems(sentinel_path, body) + restored
+        named = {problem.split(": ")[0] for problem in own + links}  # every problem starts with the file it names
+        own += [p for p in provenance.partial_output_problems(sentinel_path.parent, body, record) if p.split(": ")[0] not in named]
+        own += memo.restored_problems(sentinel_path.parent, record, tree_of(sentinel_path))  # its memo entry's bytes
+        fix = rebuild_command(sentinel_path, remove=True) if own else ""  # the plan records are read only when needed
+        return [fixed(problem, fix) for problem in own] + links + stored_problems(sentinel_path, body)
     except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
-        return [str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"]
+        problem = str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: unreadable ({type(error).__name__}: {error})"
+        return [fixed(problem, rebuild_command(sentinel_path, remove=True))]
 
 
 def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
-    """The records a sentinel names in the results store: the selected artifact, the ledger entry."""
+    """The records a sentinel names in the results store: the selected artifact, the ledger entry, the exported files."""
     results = tree_of(sentinel_path)
     problems = []
     for key, what in (("artifact", "the selected artifact"), ("ledger_entry", "the ledger entry of this qualification")):
         if isinstance(body.get(key), dict):
             stored = results / body[key]["key"]
+            if key == "ledger_entry":  # write-once: no step writes an entry again (a rerun would reset the exposure)
+                fix = f"restore {stored} from a backup"
+            else:  # content-addressed: the step that published it publishes the same bytes again
+                fix = rebuild_command(sentinel_path, remove=True)
             if not stored.exists():
-                problems.append(f"{stored}: {what} is missing (deleted?); {sentinel_path} records it")
+                problems.append(f"{stored}: {what} is missing (deleted?); {sentinel_path} records it. Fix: {fix}")
             elif sha256_file(stored) != body[key]["sha256"]:
-                problems.append(f"{stored}: {what} differs from the one {sentinel_path} recorded (edited or damaged?)")
+                fix = fix if key == "ledger_entry" else f"rm -f {shlex.quote(str(stored))} && {fix}"
+                problems.append(f"{stored}: {what} differs from the one {sentinel_path} recorded (edited or damaged?). Fix: {fix}")
     for name, record in sorted((body.get("exported") or {}).items()):  # steps/export.py: each file's published copy
         stored = results / record["key"]
+        fix = rebuild_command(sentinel_path, remove=True)
         if not stored.exists():
-            problems.append(f"{stored}: the published copy of the exported {name} is missing (deleted?); {sentinel_path} records it")
+            missing = f"{stored}: the published copy of the exported {name} is missing (deleted?); {sentinel_path} records it"
+            problems.append(f"{missing}. Fix: {fix}")
         elif sha256_file(stored) != record["sha256"]:
-            problems.append(f"{stored}: the published copy of the exported {name} differs from the one {sentinel_path} recorded")
+            problems.append(
+                f"{stored}: the published copy of the exported {name} differs from the one {sentinel_path} recorded. "
+                f"Fix: rm -f {shlex.quote(str(stored))} && {fix}"
+            )
     return problems
 
 
@@ -98,8 +115,39 @@ def ledger_problems(results: Path) -> list[str]:
         try:
             ledger.read(store, key)
         except IntegrityError as error:
-            problems.append(str(error))
+            problems.append(str(error) if " Fix: " in str(error) else fixed(str(error), misplaced_fix(results, key)))
     return problems
+
+
+def misplaced_fix(results: Path, key: str) -> str:
+    """The fix of a sound ledger entry under another run's or split's key: where its own place holds an entry (that one
+    speaks for the run), remove this copy; else move it to its place."""
+    here = results / key
+    entry = json.loads(here.read_bytes())["entry"]
+    place = results / ledger.entry_key(entry["split_digest"], entry["run"])
+    if place.exists():
+        return f"rm -f {shlex.quote(str(here))}"
+    return f"mkdir -p {shlex.quote(str(place.parent))} && mv {shlex.quote(str(here))} {shlex.quote(str(place))}"
+
+
+def publisher(results: Path, key: str) -> Path | None:
+    """The sentinel of the step of a run that published this store key (a selected artifact, an exported file), if any."""
+    for sentinel_path in sorted(results.glob(f"{RUNS}/*/*/{SENTINEL_NAME}")):
+        try:
+            body = read_sentinel(sentinel_path)
+        except IntegrityError:
+            continue  # named on its own
+        records = [body.get("artifact"), *(body.get("exported") or {}).values()]
+        if any(isinstance(record, dict) and record.get("key") == key for record in records):
+            return sentinel_path
+    return None
+
+
+def republish(results: Path, path: Path) -> str:
+    """The fix of a damaged content-addressed file: remove it, and rebuild the step that published it (the same bytes)."""
+    remove = f"rm -f {shlex.quote(str(path))}"
+    step = publisher(results, path.relative_to(results).as_posix())
+    return f"{remove} && {rebuild_command(step, remove=True)}" if step else remove  # no step of this tree records it
 
 
 def artifact_problems(results: Path) -> list[str]:
@@ -107,34 +155,38 @@ def artifact_problems(results: Path) -> list[str]:
     problems = []
     for path in sorted((results / ARTIFACTS).glob("sha256-*.pt")):
         if sha256_file(path) != path.name.removeprefix("sha256-").removesuffix(".pt"):
-            problems.append(f"{path}: its sha256 is not the one its name promises")
+            problems.append(f"{path}: its sha256 is not the one its name promises. Fix: {republish(results, path)}")
     return problems
 
 
 def export_problems(results: Path) -> list[str]:
     """Published exported files (exports/sha256-<hex>.<kind>) whose bytes do not match the sha256 their name promises."""
     return [
-        f"{path}: its sha256 is not the one its name promises"
+        f"{path}: its sha256 is not the one its name promises. Fix: {republish(results, path)}"
         for path in sorted((results / EXPORTS).glob("sha256-*"))
         if path.is_file() and not path.name.endswith(".tmp") and sha256_file(path) != path.name.removeprefix("sha256-").split(".")[0]
     ]
 
 
 def memo_problems(results: Path) -> list[str]:
-    """Memo entries whose sentinel, provenance, place or files are wrong (such an entry is never restored, but it is damage)."""
+    """Memo entries whose sentinel, provenance, place or files are wrong (such an entry is never restored, but it is damage);
+    the fix removes the entry: a step that needs it computes again (and keeps a new one)."""
     problems = []
     for sentinel_path in sorted((results / MEMO).glob(f"*/*/{SENTINEL_NAME}")):
+        found = []
         try:
             data = sentinel_path.read_bytes()
             body = unseal(sentinel_path, data, "memo sentinel")
             provenance.check(sentinel_path.parent / PROVENANCE_NAME, _read(sentinel_path.parent / PROVENANCE_NAME), data, sentinel_path)
             if memo.folder_of(body) != sentinel_path.parent.relative_to(results).as_posix():
-                problems.append(f"{sentinel_path}: memo sentinel of another entry (moved or copied here); it is never restored")
-                continue
-            records = body.get("outputs", {})
-            problems += [p for name, record in records.items() if (p := check_record(sentinel_path.parent / name, record))]
+                found.append(f"{sentinel_path}: memo sentinel of another entry (moved or copied here); it is never restored")
+            else:
+                records = body.get("outputs", {})
+                found += [p for name, record in records.items() if (p := check_record(sentinel_path.parent / name, record))]
         except (IntegrityError, TypeError, KeyError, AttributeError) as error:
-            problems.append(str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: malformed ({error})")
+            found.append(str(error) if isinstance(error, IntegrityError) else f"{sentinel_path}: malformed ({error})")
+        remove = f"rm -rf {shlex.quote(str(sentinel_path.parent))}"
+        problems += [fixed(problem, remove, "a damaged entry is never restored (its step computes again)") for problem in found]
     return problems
 
 
@@ -144,16 +196,18 @@ def _read(path: Path) -> bytes | None:
 
 
 def launch_problems(results: Path) -> list[str]:
-    """Launch records whose profile copy no longer has the recorded sha256."""
+    """Launch records whose profile copy no longer has the recorded sha256; the fix removes the record (the run's next
+    launch with that profile records it again)."""
     problems = []
     for record_path in sorted(results.glob(f"{launch_folder('*')}/*/{launch.RECORD_NAME}")):
+        fix, again = f"rm -rf {shlex.quote(str(record_path.parent))}", "the run's next launch with that profile records it again"
         try:
             record = json.loads(record_path.read_text())
             kept = record_path.parent / Path(record["file"]).name
             if sha256_file(kept) != record["sha256"]:
-                problems.append(f"{kept}: differs from the launch profile recorded in {record_path}")
+                problems.append(f"{kept}: differs from the launch profile recorded in {record_path}; {again}. Fix: {fix}")
         except (OSError, ValueError, KeyError, TypeError) as error:
-            problems.append(f"{record_path}: unreadable launch record ({type(error).__name__})")
+            problems.append(f"{record_path}: unreadable launch record ({type(error).__name__}); {again}. Fix: {fix}")
     return problems
 
 
@@ -168,9 +222,9 @@ def local_cache_problems(results: Path, folders: dict[str, Path]) -> tuple[list[
         try:
             open_cache(cache_dir, recipe(read_sentinel(record_path)), "verify")
         except (IntegrityError, OSError, KeyError, TypeError, ValueError) as error:
-            problems.append(
-                str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{cache_dir}: {error}"
-            )
+            problem = str(error).removeprefix("verify refuses to start: ") if isinstance(error, IntegrityError) else f"{cache_dir}: {error}"
+            why = "the cache is temporary (an epoch that needs it builds it again)"
+            problems.append(fixed(problem, f"rm -rf {shlex.quote(str(cache_dir))}", why))
     return problems, notes
 
 

@@ -7,13 +7,16 @@ and backbone). A new record (n + 1) is written only when that slice, a file's co
 changed since the run's latest one; earlier records are never replaced, so the folder is the run's
 planning history. `rffm status|verify|compare|prune` judge a tree by these records (`judge`): without
 `--config` by the records; with `--config` by the given files, except for runs whose recorded plan the
-given files contradict (one line says so; `--by-config` judges by the given files anyway).
+given files contradict (one line says so; `--by-config` judges by the given files anyway). A run that its own
+recorded config files no longer have (removed from the config since) is judged removed: its folders are stale.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,37 @@ def latest(store: Store, run: str) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+def workdir_of(results: Path, record: dict[str, Any] | None) -> Path:
+    """The directory the workflow that wrote a record ran in, as it lies now: the tree less its configured
+    `results` path (the tree may have been copied or moved with its working directory), else the recorded one."""
+    configured = os.path.normpath((record or {}).get("results") or results.name)
+    if os.path.isabs(configured):
+        return Path((record or {}).get("workdir") or os.getcwd())
+    return Path(os.path.normpath(results.absolute().as_posix().removesuffix("/" + configured.strip("/"))))
+
+
+def still_planned(results: Path, record: dict[str, Any]) -> bool:
+    """Whether the config files that planned a run, as they read now (with its recorded --config values), still
+    have it; True when they cannot tell (no file recorded, one gone or unreadable)."""
+    import yaml  # only when a file changed: the everyday commands start without it
+
+    read_files = [f for f in record["files"] if f.get("sha256")]  # None: not there when the workflow read its configs
+    where = workdir_of(results, record)
+    paths = [where / f["path"] for f in read_files]  # an absolute recorded path stays itself
+    if not read_files or not all(path.is_file() for path in paths):
+        return True
+    if all(sha256_file(path) == f["sha256"] for path, f in zip(paths, read_files, strict=True)):
+        return True  # the very files that planned it
+    try:
+        configs = [yaml.safe_load(path.read_text()) or {} for path in paths]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return True
+    sections = [config.get(key) for config in [*configs, record.get("overrides") or {}] for key in ("runs", "references")]
+    if not all(isinstance(config, dict) for config in configs) or not all(isinstance(s, dict | None) for s in sections):
+        return True  # a file half-edited: nothing to judge by
+    return any(record["run"] in (section or {}) for section in sections)  # merging files only adds runs
+
+
 def read_record(data: bytes, where: str, run: str) -> dict[str, Any]:
     """A plan record's body after checking its seal, its shape and that it is this run's (IntegrityError otherwise)."""
     record = unseal(where, data, "plan record")
@@ -138,7 +172,10 @@ def plan_problems(results: Path) -> list[str]:
             try:
                 read_record(path.read_bytes(), str(path), path.parents[1].name)
             except IntegrityError as error:
-                problems.append(f"{error}; the everyday commands judge the run by an earlier record, if any")
+                problem = str(error).split(" Fix: ")[0].rstrip(".")
+                problems.append(
+                    f"{problem}; the everyday commands judge the run by an earlier record, if any. Fix: rm -f {shlex.quote(str(path))}"
+                )
     return problems
 
 
@@ -159,6 +196,12 @@ class Judgment:
     unknown: list[str] = field(default_factory=list)  # run folders without a plan: shown, never stale
     notes: list[str] = field(default_factory=list)
     _planned: set[str] | None = None
+
+    def has_run(self, run: str) -> bool:
+        """Whether the plan has this run or reference (True when nothing says otherwise)."""
+        if self.config is None or run in self.unknown:
+            return True
+        return run in self.config.get("runs", {}) or run in self.config.get("references", {})
 
     def is_planned(self, folder: str) -> bool:
         """Whether a step folder (relative to results) is part of the plan (True when nothing says otherwise)."""
@@ -186,17 +229,21 @@ def judge(results_dir: str | Path, given: dict[str, Any] | None = None, by_confi
     recorded = {run: found for run in run_folders(results) if (found := latest(store, run))}
     if given and (by_config or not recorded):
         return Judgment(given)
+    if not recorded:
+        return Judgment(None)
+    removed = sorted(
+        run for run, (_, record) in recorded.items() if not (given and run_plan(given, run)) and not still_planned(results, record)
+    )
+    notes = [removed_note(recorded, removed)] if removed else []
+    recorded = {run: found for run, found in recorded.items() if run not in removed}
     if not given:
-        if not recorded:
-            return Judgment(None)
         config = merged([record["plan"] for _, record in recorded.values()])
-        unknown = [run for run in run_folders(results) if run not in recorded]
-        return Judgment(config, unknown)
+        unknown = [run for run in run_folders(results) if run not in recorded and run not in removed]
+        return Judgment(config, unknown, notes)
     named = [*given.get("runs", {}), *given.get("references", {})]
     contradicted = sorted(run for run, (_, record) in recorded.items() if run_plan(given, run) != record["plan"])
     plans = [record["plan"] for _, record in recorded.values()]
     plans += [plan for run in named if run not in recorded and (plan := run_plan(given, run))]
-    notes = []
     if contradicted:
         where = ", ".join(
             f"{run} ({plan_key(run, recorded[run][0])}: {' '.join(f['path'] for f in recorded[run][1]['files']) or 'no file'})"
@@ -207,3 +254,15 @@ def judge(results_dir: str | Path, given: dict[str, Any] | None = None, by_confi
             f"({where}); judged by the recorded plan (add --by-config to judge by --config)"
         )
     return Judgment(merged(plans), [], notes)
+
+
+def removed_note(recorded: dict[str, tuple[int, dict[str, Any]]], removed: list[str]) -> str:
+    """The one line that says which runs their own config files no longer have, and what that makes of them."""
+    where = ", ".join(
+        f"{run} ({' '.join(f['path'] for f in recorded[run][1]['files'])}, which planned it: {plan_key(run, recorded[run][0])})"
+        for run in removed
+    )
+    return (
+        f"plan: runs {', '.join(removed)} are no longer in the config files that planned them ({where}); "
+        "judged removed: their folders are stale (`rffm prune` removes them)"
+    )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.records.layout import RUNS, SENTINEL_NAME, planned_steps, results_root
-from rffm.records.plans import latest, run_folders
+from rffm.records.plans import latest, run_folders, workdir_of
 from rffm.records.store import PosixStore
 
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's own configfile
@@ -65,10 +65,7 @@ def rebuild_command(sentinel_path: str | Path, cwd: str | Path | None = None, re
     folder = sentinel_path.parent.absolute().relative_to(results).as_posix()
     record = plan_record(results, folder)
     configured = os.path.normpath((record or {}).get("results") or results.name)
-    if os.path.isabs(configured):
-        workdir = Path((record or {}).get("workdir") or os.getcwd())
-    else:
-        workdir = Path(os.path.normpath(results.absolute().as_posix().removesuffix("/" + configured.strip("/"))))
+    workdir = workdir_of(results, record)
     here = Path(cwd or os.getcwd()).absolute()
     target = f"{configured.rstrip('/')}/{folder}/{SENTINEL_NAME}"
     snakefile = (record or {}).get("snakefile") or DEFAULT_SNAKEFILE

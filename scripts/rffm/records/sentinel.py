@@ -122,27 +122,32 @@ def upstream(sentinel_path: str | Path, relative_to: str | Path) -> dict[str, st
     return {"path": ref, "sha256": sha256_file(sentinel_path)}
 
 
-def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None) -> list[str]:
-    """Upstream sentinels that are missing or no longer the ones this step consumed (by sha256)."""
+def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None, fix: bool = False) -> list[str]:
+    """Upstream sentinels that are missing or no longer the ones this step consumed (by sha256); with `fix`, each line
+    ends with the command that rebuilds the upstream step as the plan makes it (what this step consumed: every step
+    is deterministic, so an upstream changed without a change of plan was damaged, put back or copied there)."""
     sentinel_path = Path(sentinel_path)
     body = body if body is not None else read_sentinel(sentinel_path)
     problems = []
     for role, ref in body["inputs"].items():
         if ref["path"] is None:
             continue
-        target = (sentinel_path.parent / ref["path"]).resolve()
+        where = Path(os.path.normpath(sentinel_path.parent / ref["path"]))  # relative stays relative: what a Fix names
+        target = where.resolve()
         if not target.exists():
-            problems.append(f"{sentinel_path}: its upstream {role} sentinel {target} is missing")
+            problem = f"{sentinel_path}: its upstream {role} sentinel {target} is missing"
+            problems.append(problem + (f". Fix: {_rebuild(where, remove=False)}" if fix else ""))
         elif sha256_file(target) != ref["sha256"]:
-            problems.append(f"{sentinel_path}: its upstream {role} sentinel {target} changed since this step consumed it")
+            problem = f"{sentinel_path}: its upstream {role} sentinel {target} changed since this step consumed it"
+            problems.append(problem + (f". Fix: {_rebuild(where)}" if fix else ""))
     return problems
 
 
-def _rebuild(sentinel_path: Path) -> str:
-    """The command that rebuilds a damaged step (records/rebuild.py; imported here only when needed)."""
+def _rebuild(sentinel_path: Path, remove: bool = True) -> str:
+    """The command that rebuilds a step (records/rebuild.py; imported here only when needed)."""
     from rffm.records.rebuild import rebuild_command
 
-    return rebuild_command(sentinel_path, remove=True)
+    return rebuild_command(sentinel_path, remove=remove)
 
 
 def require_intact(sentinel_path: str | Path, files: list[str], consumer: str) -> dict[str, Any]:

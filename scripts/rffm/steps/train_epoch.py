@@ -135,7 +135,12 @@ def member_steps(spec, members, step: Step, epoch: int, previous_dir, scratch_di
             member_step.inputs["previous_epoch"] = {"path": path, "sha256": sha256_bytes(previous_sentinel)}
         member_step.details["epoch"] = epoch
         where = f"{previous_dir}/checkpoint.pt" + (f" (member {member['name']})" if bundle else "")
-        group.append({**member, "spec": plain, "options": options, "step": member_step, "previous": previous, "previous_path": where})
+        resumed = {
+            "previous": previous,
+            "previous_path": where,
+            "previous_sentinel": Path(previous_dir) / SENTINEL_NAME if epoch > 1 else None,
+        }
+        group.append({**member, "spec": plain, "options": options, "step": member_step, **resumed})
     return group
 
 
@@ -177,7 +182,8 @@ def train_members(spec, todo, where: dict[str, Any], epoch, step: Step, device, 
     if meta["backbone_fingerprint"] != record["backbone_fingerprint"]:
         raise IntegrityError(f"{directory}/meta.json: backbone fingerprint disagrees with the cache record {cache_record_dir}")
     members = [
-        {key: m[key] for key in ("name", "options", "previous", "previous_path")} | {"params_sha256": m["step"].identity()["params_sha256"]}
+        {key: m[key] for key in ("name", "options", "previous", "previous_path", "previous_sentinel")}
+        | {"params_sha256": m["step"].identity()["params_sha256"]}
         for m in todo
     ]
     with tempfile.TemporaryDirectory() as traces:

@@ -21,6 +21,7 @@ from rffm.data.cache_reader import CacheSplit, prefetched
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import head as head_model
 from rffm.model.head import AttentionPoolHead
+from rffm.records.rebuild import rebuild_command
 from rffm.runtime.profiling import BatchTracer, PhaseTimes
 from rffm.runtime.progress import Progress
 from rffm.training import sweep
@@ -75,9 +76,12 @@ def resume(member: dict[str, Any], meta: dict[str, Any], epoch: int, steps_per_e
     else:
         previous = torch.load(io.BytesIO(member["previous"]), map_location=device, weights_only=True)
         if previous["params_sha256"] != member["params_sha256"] or previous["epoch"] != epoch - 1:
+            # Rerunning this epoch would read the same foreign checkpoint: the previous epoch itself is rebuilt (from
+            # the memo, or trained again from its own previous one), its bytes those this run's plan makes.
             raise IntegrityError(
                 f"{member['previous_path']} is epoch {previous['epoch']} of different training params; "
-                f"epoch {epoch} must resume from epoch {epoch - 1} of the same run. Fix: rerun snakemake, which retrains from epoch 1."
+                f"epoch {epoch} must resume from epoch {epoch - 1} of the same run (was that folder replaced?); rebuild "
+                f"epoch {epoch - 1}, then run snakemake again. Fix: {rebuild_command(member['previous_sentinel'], remove=True)}"
             )
         if previous["backbone_fingerprint"] != meta["backbone_fingerprint"]:
             raise IntegrityError(f"{member['previous_path']} was trained on another backbone than the cache it reads")
@@ -108,7 +112,8 @@ def train_heads(
     """Epoch `epoch` of every member: ([{metrics, checkpoint}] in the members' order, details).
 
     A member is {name, options (train_options), params_sha256, previous (its epoch-1 checkpoint bytes, None
-    at epoch 1), previous_path (for messages)}; members share batch_size, seed and the labelled subset (not sweepable).
+    at epoch 1), previous_path and previous_sentinel (for messages)}; members share batch_size, seed and the
+    labelled subset (not sweepable).
     `sweep_run` names the member in a divergence message; details: memory_bytes, cache_bytes_read, phases.
     """
     phases = phases or PhaseTimes()
