@@ -134,9 +134,17 @@ def tiny_config(export: bool = False) -> dict:
     return config
 
 
+class PlainDumper(yaml.SafeDumper):
+    """YAML without anchors: a block two entries share is written out twice, so a test that loads the file and edits
+    one entry edits that entry alone."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def write_config(workdir: Path, config: dict) -> Path:
     path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.write_text(yaml.dump(config, Dumper=PlainDumper, sort_keys=False))
     return path
 
 

@@ -436,6 +436,8 @@ def main(argv: list[str]) -> int:
         snakemake_main(args)
     except SystemExit as exit_:
         rc = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if not isinstance(exit_.code, int | None):  # what Python prints for an uncaught SystemExit with a message
+            print(exit_.code, file=sys.stderr)
     finally:
         write_report(rc)
     return rc

@@ -84,25 +84,30 @@ def chain(cluster, tmp_path_factory) -> dict:
     workdir = tmp_path_factory.mktemp("slurm-chain")
     write_config(workdir, two_runs())
     known = set(slurm_jobs())
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    process = subprocess.Popen(command(workdir, "validation_selection"), cwd=workdir, env=environment(), **pipes)
+    # its output goes to a file: a pipe nobody reads while the loop below polls fills up and stops Snakemake mid-log
+    log = tmp_path_factory.mktemp("slurm-chain-log") / "snakemake.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            command(workdir, "validation_selection"), cwd=workdir, env=environment(), stdout=sink, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.monotonic() + 1800  # stage, pretrain, cache, two epochs: each a SLURM job on a loaded 2-core machine
         while not memo_holds(workdir / "results", {"run": "base", "epoch": 2}):
             if process.poll() is not None or time.monotonic() > deadline:
                 if process.poll() is None:
                     process.kill()
-                output, _ = process.communicate(timeout=60)
-                pytest.fail(f"epoch 2 never reached the store; jobs {slurm_jobs()}\n{output[-6000:]}")
+                process.wait(timeout=60)
+                pytest.fail(f"epoch 2 never reached the store; jobs {slurm_jobs()}\n{log.read_text()[-6000:]}")
             time.sleep(0.1)
         groups = [job for job, (state, comment) in slurm_jobs().items() if comment.startswith("rule_train_base") and state == "RUNNING"]
         assert len(groups) == 1, slurm_jobs()
         subprocess.run(["scancel", groups[0]], check=True)
-        killed_output, _ = process.communicate(timeout=900)
+        process.wait(timeout=900)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+    killed_output = log.read_text()
     assert process.returncode != 0, killed_output[-4000:]
     cancelled = slurm_jobs()[groups[0]][0]
     third = workdir / "results/runs/base/epochs/3/sentinel.json"

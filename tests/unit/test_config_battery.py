@@ -249,12 +249,14 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
     (
         "splits-below-1",
         lambda c: dataset(c)["splits"].update(train=0.4),
-        "datasets.tiny.splits: train + val + test = 0.9, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
+        "datasets.tiny.splits: train + val + test = 0.9, not 1. "
+        "Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
     ),
     (
         "splits-default-plus-one",
         lambda c: dataset(c).update(splits={"train": 0.8}),
-        "datasets.tiny.splits: train + val + test = 1.2, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
+        "datasets.tiny.splits: train + val + test = 1.2, not 1. "
+        "Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
     ),
     (
         "synthetic-snr-min-above-max",

@@ -339,12 +339,21 @@ REPAIRED = np.random.default_rng(3).standard_normal((3, 32, 2)).astype(np.float3
 # kind -> (the words of the printed Fix this follows, what a user does on reading them: to the dataset entry or its files)
 FOLLOWED = {
     "rml2016 unknown class": ("datasets.d.class_map: {'FOO': <class name>}", lambda s: s.update(class_map={"FOO": "foo"})),
-    "rml2018 NaN samples": ("repair or remove those examples", lambda s: edit_hdf5(s["radioml2018"]["path"], poke("X", np.s_[7:10], REPAIRED))),
+    "rml2018 NaN samples": (
+        "repair or remove those examples",
+        lambda s: edit_hdf5(s["radioml2018"]["path"], poke("X", np.s_[7:10], REPAIRED)),
+    ),
     "rml2018 Inf samples": ("repair or remove those examples", lambda s: edit_hdf5(s["radioml2018"]["path"], poke("X", 12, REPAIRED[0]))),
-    "rml2018 missing file": ("correct the path", lambda s: s.update(radioml2018=rml2018(Path(s["radioml2018"]["path"]).parent)["radioml2018"])),
+    "rml2018 missing file": (
+        "correct the path",
+        lambda s: s.update(radioml2018=rml2018(Path(s["radioml2018"]["path"]).parent)["radioml2018"]),
+    ),
     "sigmf real datatype": ("set core:datatype", lambda s: edit_meta(s, lambda b: b["global"].update({"core:datatype": "cf32_le"}))),
     "sigmf checksum": ("set datasets.d.sigmf.verify_checksum: false", lambda s: s["sigmf"].update(verify_checksum=False)),
-    "sigmf snr not a number": ("store the SNR in dB as a number", lambda s: edit_meta(s, lambda b: b["annotations"][0].update({"rffm:snr_db": 0}))),
+    "sigmf snr not a number": (
+        "store the SNR in dB as a number",
+        lambda s: edit_meta(s, lambda b: b["annotations"][0].update({"rffm:snr_db": 0})),
+    ),
     "sigmf window too long": ("lower datasets.d.sigmf.window", lambda s: s["sigmf"].update(window=64)),
     "sigmf unknown label": ("datasets.d.class_map: {'LoRa': <class name>}", lambda s: s.update(class_map={"LoRa": "lora"})),
     "hdf5 no classes": (

@@ -97,7 +97,8 @@ CASES = [
     (
         "splits-not-summing-to-1",
         changed(lambda c: c["datasets"]["tiny"]["splits"].update(test=0.5)),
-        "datasets.tiny.splits: train + val + test = 1.25, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
+        "datasets.tiny.splits: train + val + test = 1.25, not 1. "
+        "Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}",
     ),
     (
         # Root may write through any mode bits, so chmod cannot make a directory unwritable for it; a path

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, snakemake
+from conftest import BIN, SNAKEFILE, snakemake
 from rffm.ops import status, verify
 from rffm.records import provenance
 from rffm.records.files import read_json
@@ -65,7 +65,8 @@ def test_verify_checks_a_restored_epoch_against_its_memo_entry(restored: Path):
     [line] = verify.verify_tree(restored / "results").broken
     problem, fix = line.split(" Fix: ")
     assert problem == f"{restored}/{RUN}/epochs/1/provenance.json: restored from the memo entry {recorded}, which is missing (deleted?)."
-    assert fix.startswith(f"rm -f results/runs/base/epochs/1/sentinel.json && snakemake results/runs/base/epochs/1/sentinel.json"), fix
+    target = "results/runs/base/epochs/1/sentinel.json"  # from anywhere: the fix changes to the workflow's directory first
+    assert fix == f"cd {restored} && rm -f {target} && snakemake -s {SNAKEFILE} {target} --cores all --configfile config.yaml", fix
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     subprocess.run(["bash", "-c", fix], cwd=restored, env=env, check=True, capture_output=True)  # the fix, as printed
     assert verify.verify_tree(restored / "results").broken == []

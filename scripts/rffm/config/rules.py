@@ -82,7 +82,10 @@ def dataset_problems(name: str, spec: dict[str, Any]) -> list[str]:
     splits = spec["splits"]
     total = splits["train"] + splits["val"] + splits["test"]
     if abs(total - 1) > SPLIT_TOLERANCE:
-        problems.append(f"{where}.splits: train + val + test = {total:g}, not 1. Fix: give fractions that sum to 1, e.g. splits: {{train: 0.6, val: 0.2, test: 0.2}}")
+        problems.append(
+            f"{where}.splits: train + val + test = {total:g}, not 1. "
+            "Fix: give fractions that sum to 1, e.g. splits: {train: 0.6, val: 0.2, test: 0.2}"
+        )
     ranges = [(f"{where}.select.snr_db", spec.get("select", {}).get("snr_db", {}))]
     synthetic = spec.get("synthetic") if spec["source"] == "synthetic" else None
     if synthetic is not None:
@@ -142,7 +145,11 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
                 continue
             wrong = "is longer than" if arch["patch"] > length else "does not divide"
             # one patch serves every dataset the backbone reads: name a patch that divides them all
-            fits = f"{length}" if len(lengths) == 1 else f"every length it reads ({', '.join(map(str, lengths))}: one of {common_divisors(lengths)})"
+            fits = (
+                f"{length}"
+                if len(lengths) == 1
+                else f"every length it reads ({', '.join(map(str, lengths))}: one of {common_divisors(lengths)})"
+            )
             problems.append(
                 f"{where}.patch: {arch['patch']} {wrong} the signal length {length} (datasets.{dataset}.{key}). "
                 f"Fix: use a patch that divides {fits}, or change datasets.{dataset}.{key}"

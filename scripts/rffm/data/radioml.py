@@ -20,7 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from rffm.data.sources import RowReader, normalise_classes, open_hdf5, pread_rows, read_column, require_dataset, source_path
+from rffm.data.sources import (
+    RowReader,
+    closed_on_error,
+    normalise_classes,
+    open_hdf5,
+    pread_rows,
+    read_column,
+    require_dataset,
+    source_path,
+)
 from rffm.errors import DataError
 
 RML2016_SNRS = set(range(-20, 20, 2))
@@ -171,23 +180,31 @@ class Rml2018Source:
     def __init__(self, spec: dict[str, Any], scratch: Path):
         self.spec = spec
         self.path, self.handle = open_hdf5(spec, "radioml2018")
-        x, y, z = (require_dataset(self.handle, self.path, name, self.FIX) for name in ("X", "Y", "Z"))
-        if x.ndim != 3 or x.shape[2] != 2 or x.dtype != np.float32:
-            hint = " (this looks like the canonical [N, 2, L] layout: use source: hdf5)" if x.ndim == 3 and x.shape[1] == 2 else ""
-            raise DataError(f"{self.path}: dataset 'X' is {x.dtype} {list(x.shape)}, expected float32 [N, L, 2]{hint}. Fix: {self.FIX}.")
-        count = x.shape[0]
-        if y.shape != (count, len(RML2018_CLASSES)) or y.dtype.kind not in "iuf":
-            raise DataError(
-                f"{self.path}: dataset 'Y' is {y.dtype} {list(y.shape)}, expected one-hot numbers [{count}, {len(RML2018_CLASSES)}] "
-                f"(one row per X row, one column per class). Fix: {self.FIX}."
-            )
-        if z.shape not in ((count, 1), (count,)) or z.dtype.kind not in "iuf":
-            raise DataError(f"{self.path}: dataset 'Z' is {z.dtype} {list(z.shape)}, expected SNR dB [{count}, 1]. Fix: {self.FIX}.")
-        self.classes, self.class_index = normalise_classes(RML2018_CLASSES, spec, lambda name: f"{self.path}: Y column")
-        self.reader = RowReader(self.path, x)
-        self.length = int(x.shape[1])
-        self.sample_rate = 1.0
-        self.description = {"kind": "radioml2018", "file": self.path.name, "bytes": self.path.stat().st_size, "class_order": "corrected"}
+        with closed_on_error(self.handle):  # a refusal's traceback would keep the file open
+            x, y, z = (require_dataset(self.handle, self.path, name, self.FIX) for name in ("X", "Y", "Z"))
+            if x.ndim != 3 or x.shape[2] != 2 or x.dtype != np.float32:
+                hint = " (this looks like the canonical [N, 2, L] layout: use source: hdf5)" if x.ndim == 3 and x.shape[1] == 2 else ""
+                raise DataError(
+                    f"{self.path}: dataset 'X' is {x.dtype} {list(x.shape)}, expected float32 [N, L, 2]{hint}. Fix: {self.FIX}."
+                )
+            count = x.shape[0]
+            if y.shape != (count, len(RML2018_CLASSES)) or y.dtype.kind not in "iuf":
+                raise DataError(
+                    f"{self.path}: dataset 'Y' is {y.dtype} {list(y.shape)}, expected one-hot numbers [{count}, {len(RML2018_CLASSES)}] "
+                    f"(one row per X row, one column per class). Fix: {self.FIX}."
+                )
+            if z.shape not in ((count, 1), (count,)) or z.dtype.kind not in "iuf":
+                raise DataError(f"{self.path}: dataset 'Z' is {z.dtype} {list(z.shape)}, expected SNR dB [{count}, 1]. Fix: {self.FIX}.")
+            self.classes, self.class_index = normalise_classes(RML2018_CLASSES, spec, lambda name: f"{self.path}: Y column")
+            self.reader = RowReader(self.path, x)
+            self.length = int(x.shape[1])
+            self.sample_rate = 1.0
+            self.description = {
+                "kind": "radioml2018",
+                "file": self.path.name,
+                "bytes": self.path.stat().st_size,
+                "class_order": "corrected",
+            }
 
     def index(self) -> tuple[np.ndarray, np.ndarray]:
         y, z = self.handle["Y"], self.handle["Z"]

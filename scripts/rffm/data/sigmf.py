@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import sigmf
+from jsonschema.exceptions import ValidationError  # what sigmf's validate() raises for a field against its schema
 from sigmf.error import SigMFError
 
 from rffm.data.sources import VOCABULARY, normalise_classes, sigmf_recordings
@@ -126,10 +127,9 @@ class SigmfSource:
                 warnings.simplefilter("ignore")  # what it warns about is checked below, as errors
                 recording = sigmf.fromfile(str(meta), skip_checksum=True)
                 recording.validate()
-        except (SigMFError, ValueError, KeyError) as exc:
-            raise DataError(
-                f"{meta}: not a valid SigMF recording ({type(exc).__name__}: {str(exc).splitlines()[0]}). Fix: {fix}."
-            ) from None
+        except (SigMFError, ValueError, KeyError, ValidationError) as exc:
+            detail = f"{exc.json_path}: {exc.message}" if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+            raise DataError(f"{meta}: not a valid SigMF recording ({type(exc).__name__}: {detail}). Fix: {fix}.") from None
         header = sum(capture.get(sigmf.HEADER_BYTES_KEY, 0) for capture in recording.get_captures())
         payload = data.stat().st_size - header - recording.get_global_field(sigmf.TRAILING_BYTES_KEY, 0)
         size = recording.get_sample_size()

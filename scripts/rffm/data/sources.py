@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,16 @@ def open_hdf5(spec: dict[str, Any], block: str) -> tuple[Path, h5py.File]:
         raise DataError(f"{path}: not a readable HDF5 file ({exc}). Fix: check the path and that the file is complete.") from None
 
 
+@contextmanager
+def closed_on_error(handle: h5py.File) -> Iterator[h5py.File]:
+    """An open file, closed when what reads it refuses it (so that the file can be repaired and read again at once)."""
+    try:
+        yield handle
+    except BaseException:
+        handle.close()
+        raise
+
+
 def require_dataset(handle: h5py.File, path: Path, name: str, fix: str) -> h5py.Dataset:
     """A named dataset of an open HDF5 file, or a clear error."""
     if name not in handle or not isinstance(handle[name], h5py.Dataset):
@@ -261,36 +272,38 @@ class Hdf5Source:
     def __init__(self, spec: dict[str, Any], scratch: Path):
         self.spec = spec
         self.path, self.handle = open_hdf5(spec, "hdf5")
-        iq = require_dataset(self.handle, self.path, "iq", self.FIX)
-        label = require_dataset(self.handle, self.path, "label", self.FIX)
-        if iq.ndim != 3 or iq.shape[1] != 2 or iq.dtype != np.float32:
-            raise DataError(
-                f"{self.path}: dataset 'iq' is {iq.dtype} {list(iq.shape)}, expected float32 [N, 2, L] (I and Q on axis 1). "
-                "Fix: store iq as float32 with shape [N, 2, L] (transpose [N, L, 2] with iq.transpose(0, 2, 1))."
-            )
-        if label.shape != (iq.shape[0],) or label.dtype.kind not in "iu":
-            raise DataError(
-                f"{self.path}: dataset 'label' is {label.dtype} {list(label.shape)}, expected integer [{iq.shape[0]}] (one per iq row). "
-                "Fix: store one integer class index per example."
-            )
-        self.snr = self.handle.get("snr_db")
-        if self.snr is not None and (self.snr.shape != (iq.shape[0],) or self.snr.dtype.kind not in "fiu"):
-            raise DataError(
-                f"{self.path}: dataset 'snr_db' is {self.snr.dtype} {list(self.snr.shape)}, expected numbers [{iq.shape[0]}]. "
-                "Fix: store one SNR in dB per example (NaN when unknown) or leave snr_db out."
-            )
-        raw = decode_attr(self.handle.attrs.get("classes", []))
-        if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
-            raise DataError(
-                f"{self.path}: attribute 'classes' is missing or not a list of names ({raw!r}). "
-                "Fix: set attrs['classes'] to the ordered class names (a JSON list or an array of strings)."
-            )
-        self.classes, self.class_index = normalise_classes(raw, spec, lambda name: f"{self.path}: attribute 'classes'")
-        self.reader = RowReader(self.path, iq)
-        self.length = int(iq.shape[2])
-        self.sample_rate = float(decode_attr(self.handle.attrs.get("sample_rate", 1.0)))
-        self.description = {"kind": "hdf5", "file": self.path.name, "bytes": self.path.stat().st_size}
-        self.raw_classes = raw
+        with closed_on_error(self.handle):  # a refusal's traceback would keep the file open
+            iq = require_dataset(self.handle, self.path, "iq", self.FIX)
+            label = require_dataset(self.handle, self.path, "label", self.FIX)
+            if iq.ndim != 3 or iq.shape[1] != 2 or iq.dtype != np.float32:
+                raise DataError(
+                    f"{self.path}: dataset 'iq' is {iq.dtype} {list(iq.shape)}, expected float32 [N, 2, L] (I and Q on axis 1). "
+                    "Fix: store iq as float32 with shape [N, 2, L] (transpose [N, L, 2] with iq.transpose(0, 2, 1))."
+                )
+            if label.shape != (iq.shape[0],) or label.dtype.kind not in "iu":
+                raise DataError(
+                    f"{self.path}: dataset 'label' is {label.dtype} {list(label.shape)}, "
+                    f"expected integer [{iq.shape[0]}] (one per iq row). "
+                    "Fix: store one integer class index per example."
+                )
+            self.snr = self.handle.get("snr_db")
+            if self.snr is not None and (self.snr.shape != (iq.shape[0],) or self.snr.dtype.kind not in "fiu"):
+                raise DataError(
+                    f"{self.path}: dataset 'snr_db' is {self.snr.dtype} {list(self.snr.shape)}, expected numbers [{iq.shape[0]}]. "
+                    "Fix: store one SNR in dB per example (NaN when unknown) or leave snr_db out."
+                )
+            raw = decode_attr(self.handle.attrs.get("classes", []))
+            if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
+                raise DataError(
+                    f"{self.path}: attribute 'classes' is missing or not a list of names ({raw!r}). "
+                    "Fix: set attrs['classes'] to the ordered class names (a JSON list or an array of strings)."
+                )
+            self.classes, self.class_index = normalise_classes(raw, spec, lambda name: f"{self.path}: attribute 'classes'")
+            self.reader = RowReader(self.path, iq)
+            self.length = int(iq.shape[2])
+            self.sample_rate = float(decode_attr(self.handle.attrs.get("sample_rate", 1.0)))
+            self.description = {"kind": "hdf5", "file": self.path.name, "bytes": self.path.stat().st_size}
+            self.raw_classes = raw
 
     def index(self) -> tuple[np.ndarray, np.ndarray]:
         label = self.handle["label"]

@@ -96,7 +96,7 @@ def render(schema_path: str | Path = SCHEMA) -> str:
 def replace_section(text: str, table: str, path: str | Path) -> str:
     """The document with the generated section between the markers replaced by `table`."""
     if BEGIN not in text or END not in text:
-        raise ConfigError(f"{path}: no generated config-reference section. Fix: add the two marker lines\n{BEGIN}\n{END}")
+        raise ConfigError(f"{path}: no generated config-reference section. Fix: add the lines {BEGIN} and {END}, each on its own line")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{BEGIN}\n{table}{END}{tail}"

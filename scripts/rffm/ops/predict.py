@@ -50,7 +50,7 @@ def load_model(model: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     path = Path(model)
     path = path / PROGRAM if path.is_dir() else path
     if not path.is_file():
-        raise DataError(f"{path}: no such exported model. Fix: point at runs/<run>/export (or its model.pt2) after `make run`.")
+        raise DataError(f"{path}: no such exported model. Fix: point at results/runs/<run>/export (or its model.pt2) after `make run`.")
     extra = {SIGNATURE: ""}
     try:
         program = torch.export.load(path, extra_files=extra)

@@ -1,0 +1,137 @@
+"""Issue 34: configuration refusals whose printed Fix the battery (test_config_battery.py) does not follow; each is
+provoked, its Fix is done as written, and the configuration (or the call that refused it) then passes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tiny_config
+from rffm import config
+from rffm.cli import main
+from rffm.errors import ConfigError
+from rffm.ops import config_reference
+from rffm.training import sweep
+
+
+def only_fix(c: dict) -> str:
+    """The Fix of the one problem `c` has."""
+    found = config.problems(c, files=[], runs_here=True, local_files=True)
+    assert len(found) == 1 and " Fix: " in found[0], found
+    return found[0].split(" Fix: ", 1)[1]
+
+
+def passes(c: dict) -> bool:
+    return config.problems(c, files=[], runs_here=True, local_files=True) == []
+
+
+def test_an_empty_class_name_is_fixed_by_writing_a_non_empty_value(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = tiny_config()
+    c["datasets"]["tiny"]["class_map"] = {"BPSK": ""}
+    assert only_fix(c) == "write a non-empty value"
+    c["datasets"]["tiny"]["class_map"]["BPSK"] = "bpsk"
+    assert passes(c)
+
+
+def test_a_class_listed_twice_is_fixed_by_listing_each_once(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = tiny_config()
+    c["datasets"]["tiny"]["select"] = {"classes": ["BPSK", "QPSK", "BPSK"]}
+    assert only_fix(c) == "list each once"
+    c["datasets"]["tiny"]["select"]["classes"] = list(dict.fromkeys(c["datasets"]["tiny"]["select"]["classes"]))
+    assert passes(c)
+
+
+def test_a_pretrained_backbone_without_its_dataset_is_fixed_by_naming_one(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = tiny_config()
+    del c["backbones"]["mini"]["dataset"]
+    assert only_fix(c) == "name one of the datasets"
+    c["backbones"]["mini"]["dataset"] = next(iter(c["datasets"]))
+    assert passes(c)
+
+
+def test_an_imported_backbone_without_its_sha256_is_fixed_by_adding_it(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "backbone.pt").write_bytes(b"the backbone a user imports")
+    c = tiny_config()
+    c["backbones"]["mini"] = {"source": "checkpoint", "path": "backbone.pt"}
+    assert only_fix(c) == "add the missing one"
+    c["backbones"]["mini"]["sha256"] = hashlib.sha256((tmp_path / "backbone.pt").read_bytes()).hexdigest()  # `sha256sum`
+    assert passes(c)
+
+
+def test_a_reference_named_like_a_run_is_fixed_by_renaming_one(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = tiny_config()
+    train = {"epochs": 1, "lr": 0.003, "batch_size": 16, "seed": 0}
+    c["references"] = {"base": {"dataset": "tiny", "train": train}}
+    assert only_fix(c) == "rename one"
+    c["references"]["cnn"] = c["references"].pop("base")
+    assert passes(c)
+
+
+def refused_sweep(grid: dict) -> str:
+    with pytest.raises(ConfigError) as caught:
+        sweep.members({"run": "r", "sweep": grid})
+    return str(caught.value).split(" Fix: ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "grid, expected, follow",
+    [
+        (
+            {"train.batch_size": [1, 2]},
+            f"use one of {', '.join(sweep.SWEEP_KEYS)}.",
+            lambda g: g.update({sweep.SWEEP_KEYS[0]: g.pop("train.batch_size")}),
+        ),
+        ({"train.lr": [0.1], "train.weight_decay": []}, "list at least one value, or drop the key.", lambda g: g.pop("train.weight_decay")),
+        ({"train.lr": [0.1, 0.01, 0.1]}, "list each value once.", lambda g: g.update({"train.lr": [0.1, 0.01]})),
+    ],
+)
+def test_a_sweep_grid_refused_when_members_are_named_is_fixed_as_printed(grid: dict, expected: str, follow: Callable[[dict], None]):
+    """The schema refuses these first; members() says the same where it is called without it (a step's own spec)."""
+    assert refused_sweep(grid) == expected
+    follow(grid)
+    assert sweep.members({"run": "r", "sweep": grid})
+
+
+def test_heads_that_cannot_fit_are_fixed_by_fewer_sweep_values():
+    with pytest.raises(ConfigError) as caught:
+        sweep.check_memory(8, 1000, 4096, 100_000, "runs.r.sweep")
+    assert str(caught.value).split(" Fix: ", 1)[1].startswith("fewer sweep values")
+    assert sweep.check_memory(4, 1000, 4096, 100_000, "runs.r.sweep")  # half the values: 4 heads
+
+
+def run_printed(command: str, cwd: Path) -> None:
+    """A printed Fix that is a shell command, run as a user would, with this checkout's rffm on PATH."""
+    env = {**os.environ, "PATH": f"{REPO / '.venv/bin'}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["bash", "-c", command], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def test_a_stale_config_reference_is_fixed_by_the_printed_command(tmp_path: Path, capsys):
+    document = tmp_path / "REFERENCE.md"
+    document.write_text(f"# Title\n\n{config_reference.BEGIN}\n| stale |\n{config_reference.END}\n")
+    assert main(["config_reference", "--check", str(document)]) == 1
+    run_printed(capsys.readouterr().out.strip().split(" Fix: ", 1)[1], tmp_path)
+    assert main(["config_reference", "--check", str(document)]) == 0
+
+
+def test_a_document_without_the_generated_section_is_fixed_by_adding_its_marker_lines(tmp_path: Path):
+    document = tmp_path / "README.md"
+    document.write_text("# no markers\n")
+    with pytest.raises(ConfigError) as caught:
+        config_reference.update(document, write=True)
+    message = str(caught.value)
+    assert "\n" not in message
+    fix = message.split(" Fix: ", 1)[1]
+    begin, end = fix.removeprefix("add the lines ").removesuffix(", each on its own line").split(" and ")
+    document.write_text(f"{document.read_text()}{begin}\n{end}\n")  # the Fix: those lines, each on its own
+    config_reference.update(document, write=True)
+    assert config_reference.update(document)
