@@ -16,7 +16,7 @@ from typing import Any
 
 from rffm.errors import RffmError
 from rffm.model.taps import keep_options, kept_count, row_shape, spec_for, tap_names
-from rffm.records.files import canonical_json, read_json
+from rffm.records.files import atomic_write_json, canonical_json, read_json, sha256_json
 from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, cache_folder, dataset_folder, split_file
 
 # set-resources of build_cache that say how much local disk a cluster job gets, in bytes per unit
@@ -148,6 +148,33 @@ def probed_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[
     return [(tokens, width, pooled) for tokens, width in encoder.shapes(length)]
 
 
+# Probe results of the backbones planned in this directory (Snakemake's own folder): a probe imports torch and builds the
+# model, seconds that every dry run would pay again for the same answer.
+PROBES = Path(".snakemake") / "rffm" / "probes"
+
+
+def remembered_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]]:
+    """probed_taps, remembered under what decides the shapes: the backbone's config (with its files' pins), the user's
+    module source for a python backbone, and the length."""
+    identity = {"backbone": backbone, "length": length}
+    if backbone["source"] == "python":
+        from rffm.model.usercode import user_source
+
+        python = backbone["python"]
+        identity["code"] = user_source(python["entry_point"], python.get("import_path"), f"backbones.{name}")["sha256"]
+    path = PROBES / f"{sha256_json(identity)}.json"
+    try:
+        return [tuple(tap) for tap in read_json(path)]
+    except (OSError, ValueError, TypeError):
+        pass
+    taps = probed_taps(name, backbone, length)
+    try:
+        atomic_write_json(path, [list(tap) for tap in taps])
+    except OSError:
+        pass  # a directory planning cannot write: probe again next time
+    return taps
+
+
 def scratch_budget(scratch: str, headroom: float, asked: dict[str, Any]) -> tuple[int, str]:
     """Bytes a cache may take: the disk the profile asks build_cache for, else the scratch filesystem's free space, / headroom."""
     for key, unit in DISK_RESOURCES.items():
@@ -179,7 +206,7 @@ def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str
         if headroom <= 0 or counts is None or length is None or classes is None:
             continue  # build_cache checks the disk itself once the counts are known
         try:
-            taps = native_taps(backbone, length) or probed_taps(name, backbone, length)
+            taps = native_taps(backbone, length) or remembered_taps(name, backbone, length)
         except RffmError as error:
             problems.append(str(error))
             continue
