@@ -13,7 +13,7 @@ directory, with this contract (see staging.py, which drives it):
     locate(row)  where a row lives in the source, for error messages
     close()
 
-RadioML 2016/2018 live in radioml.py and SigMF recordings in sigmf_source.py.
+RadioML 2016/2018 live in radioml.py and SigMF recordings in sigmf.py.
 """
 
 from __future__ import annotations

@@ -42,12 +42,6 @@ class BackboneArch:
     def tokens(self) -> int:
         return self.length // self.patch
 
-    @property
-    def feature_shape(self) -> tuple[int, ...]:
-        """Shape of one example's output: [T, D], or [k, T, D] with several output layers."""
-        layers = (self.output_layers,) if self.output_layers > 1 else ()
-        return (*layers, self.tokens, self.dim)
-
 
 RATE_BANK = (2, 4, 8, 16, 32)  # symbol periods (samples) rf-multirate computes features for
 STEM_CHANNELS = {"iq": 2, "rf": 9, "rf-multirate": 9 * len(RATE_BANK)}

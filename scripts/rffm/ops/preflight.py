@@ -41,7 +41,6 @@ EXAMPLES = {
     "RFFM_BATCH_NETWORK": "rffm-vpc",
     "RFFM_BATCH_SUBNETWORK": "rffm-central",
 }
-LEDGER_PREFIX = f"results/{LEDGER}/"  # under the default-storage-prefix (config `results`: its default)
 DELETING_ROLES = ("roles/storage.objectAdmin", "roles/storage.admin", "roles/storage.legacyBucketOwner", "roles/owner", "roles/editor")
 OBJECT_ROLES = (*DELETING_ROLES, "roles/storage.objectUser", "roles/storage.objectCreator", "roles/storage.objectViewer")
 README = "profiles/README.md, Google Cloud"

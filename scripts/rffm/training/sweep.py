@@ -142,6 +142,3 @@ def check_memory(k: int, head_params: int, batch_bytes: int, available: int | No
             f"more than the {available} bytes available. Fix: fewer sweep values, a smaller train.head.hidden or train.batch_size."
         )
     return needed
-
-
-# ---- readers of epoch sentinels (status, manifest, figures) ----
