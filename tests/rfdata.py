@@ -8,6 +8,7 @@ SigMF: .sigmf-meta/.sigmf-data pairs written with the sigmf package, cf32_le or 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import h5py
@@ -152,3 +153,10 @@ def write_canonical_hdf5(path: Path, iq: np.ndarray, labels: np.ndarray, classes
             handle.create_dataset("snr_db", data=snr_db.astype(np.float32))
         handle.attrs["classes"] = np.array(classes, dtype=h5py.string_dtype())
     return path
+
+
+def edit_json(path: Path, edit) -> None:
+    """Change a JSON file (a .sigmf-meta) in place: edit(body) on its parsed body, written back."""
+    body = json.loads(path.read_text())
+    edit(body)
+    path.write_text(json.dumps(body))

@@ -115,12 +115,6 @@ def recording(tmp: Path, name: str = "rec", **options) -> dict:
     return dataset(source="sigmf", sigmf={"recordings": [str(meta)], "window": 64, **options})
 
 
-def edit_meta(meta: Path, edit) -> None:
-    body = json.loads(meta.read_text())
-    edit(body)
-    meta.write_text(json.dumps(body))
-
-
 def test_a_sigmf_archive_is_fixed_by_the_printed_tar_command(tmp_path: Path):
     (tmp_path / "made").mkdir()
     pair = recording(tmp_path / "made")
@@ -170,7 +164,7 @@ def test_metadata_that_is_not_json_is_fixed_by_writing_it_with_the_sigmf_package
 def test_recordings_of_two_sample_rates_are_fixed_by_staging_one_rate(tmp_path: Path):
     spec = recording(tmp_path)
     other = Path(recording(tmp_path, "other")["sigmf"]["recordings"][0])
-    edit_meta(other, lambda body: body["global"].update({"core:sample_rate": 2e6}))
+    rfdata.edit_json(other, lambda body: body["global"].update({"core:sample_rate": 2e6}))
     spec["sigmf"]["recordings"].append(str(other))
     assert refused(spec, tmp_path / "out") == "stage recordings of one sample rate per dataset (or resample them)."
     spec["sigmf"]["recordings"].remove(str(other))
@@ -183,7 +177,7 @@ def test_a_two_channel_recording_is_fixed_by_splitting_its_channels(tmp_path: Pa
     data = meta.with_suffix(".sigmf-data")
     samples = np.fromfile(data, np.complex64)
     np.stack([samples, samples * 0.5], 1).tofile(data)  # channels interleaved, as SigMF stores them
-    edit_meta(meta, lambda body: body["global"].update({"core:num_channels": 2}) or body["global"].pop("core:sha512", None))
+    rfdata.edit_json(meta, lambda body: body["global"].update({"core:num_channels": 2}) or body["global"].pop("core:sha512", None))
     assert refused(spec, tmp_path / "out") == "split the channels into one recording each."
     channels = np.fromfile(data, np.complex64).reshape(-1, 2)
     spec["sigmf"]["recordings"] = []
@@ -191,7 +185,7 @@ def test_a_two_channel_recording_is_fixed_by_splitting_its_channels(tmp_path: Pa
         base = tmp_path / f"rec-ch{channel}"
         channels[:, channel].tofile(base.with_suffix(".sigmf-data"))
         shutil.copy(meta, base.with_suffix(".sigmf-meta"))
-        edit_meta(base.with_suffix(".sigmf-meta"), lambda body: body["global"].pop("core:num_channels"))
+        rfdata.edit_json(base.with_suffix(".sigmf-meta"), lambda body: body["global"].pop("core:num_channels"))
         spec["sigmf"]["recordings"].append(str(base.with_suffix(".sigmf-meta")))
     assert staged(spec, tmp_path / "out")
 
@@ -217,23 +211,21 @@ def test_a_data_file_with_extra_bytes_is_fixed_by_correcting_the_truncated_file(
     assert staged(spec, tmp_path / "out")
 
 
-def test_an_annotation_without_its_length_is_fixed_by_giving_it(tmp_path: Path):
+@pytest.mark.parametrize(
+    "damage, fix",
+    [
+        (lambda annotation: annotation.pop("core:sample_count"), "give every labelled annotation its length."),
+        (lambda annotation: annotation.update({"core:sample_count": 10**6}), "correct the annotation or restore the full data file."),
+    ],
+    ids=["without its length", "past the end"],
+)
+def test_an_annotation_without_its_right_length_is_fixed_by_giving_it(tmp_path: Path, damage, fix: str):
     spec = recording(tmp_path)
     meta = Path(spec["sigmf"]["recordings"][0])
     count = json.loads(meta.read_text())["annotations"][0]["core:sample_count"]
-    edit_meta(meta, lambda body: body["annotations"][0].pop("core:sample_count"))
-    assert refused(spec, tmp_path / "out") == "give every labelled annotation its length."
-    edit_meta(meta, lambda body: body["annotations"][0].update({"core:sample_count": count}))
-    assert staged(spec, tmp_path / "out")
-
-
-def test_an_annotation_past_the_end_is_fixed_by_correcting_it(tmp_path: Path):
-    spec = recording(tmp_path)
-    meta = Path(spec["sigmf"]["recordings"][0])
-    count = json.loads(meta.read_text())["annotations"][0]["core:sample_count"]
-    edit_meta(meta, lambda body: body["annotations"][0].update({"core:sample_count": 10**6}))
-    assert refused(spec, tmp_path / "out") == "correct the annotation or restore the full data file."
-    edit_meta(meta, lambda body: body["annotations"][0].update({"core:sample_count": count}))
+    rfdata.edit_json(meta, lambda body: damage(body["annotations"][0]))
+    assert refused(spec, tmp_path / "out") == fix
+    rfdata.edit_json(meta, lambda body: body["annotations"][0].update({"core:sample_count": count}))
     assert staged(spec, tmp_path / "out")
 
 
@@ -241,10 +233,10 @@ def test_metadata_with_an_invalid_field_is_fixed_by_fixing_the_field(tmp_path: P
     spec = recording(tmp_path)
     meta = Path(spec["sigmf"]["recordings"][0])
     rate = json.loads(meta.read_text())["global"]["core:sample_rate"]
-    edit_meta(meta, lambda body: body["global"].update({"core:sample_rate": "1 MHz"}))  # the schema wants a number
+    rfdata.edit_json(meta, lambda body: body["global"].update({"core:sample_rate": "1 MHz"}))  # the schema wants a number
     with pytest.raises(DataError, match=re.escape("(ValidationError: $.global['core:sample_rate']: '1 MHz' is not of type 'number')")):
         stage(spec, tmp_path / "out")  # one line naming the field, not sigmf's traceback
     fix = refused(spec, tmp_path / "out")
     assert fix == "write the recording with the sigmf package (SigMFFile.tofile) or fix the field.", fix
-    edit_meta(meta, lambda body: body["global"].update({"core:sample_rate": rate}))
+    rfdata.edit_json(meta, lambda body: body["global"].update({"core:sample_rate": rate}))
     assert staged(spec, tmp_path / "out")

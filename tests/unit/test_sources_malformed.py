@@ -65,9 +65,7 @@ def sigmf(tmp: Path, edit_meta=None, edit_data=None, window: int = 64, **options
     meta = rfdata.sigmf_recording(tmp / "rec", ["BPSK", "QPSK"], windows=4, window=window)
     data = meta.with_suffix(".sigmf-data")
     if edit_meta:
-        body = json.loads(meta.read_text())
-        edit_meta(body)
-        meta.write_text(json.dumps(body))
+        rfdata.edit_json(meta, edit_meta)
     if edit_data:
         edit_data(data)
     return {"source": "sigmf", "sigmf": {"recordings": [str(meta)], "window": window, **options}}
@@ -322,10 +320,7 @@ def edit_hdf5(path: str, edit) -> None:
 
 
 def edit_meta(spec: dict, edit) -> None:
-    meta = Path(spec["sigmf"]["recordings"][0])
-    body = json.loads(meta.read_text())
-    edit(body)
-    meta.write_text(json.dumps(body))
+    rfdata.edit_json(Path(spec["sigmf"]["recordings"][0]), edit)
 
 
 def transposed_iq(handle) -> None:

@@ -54,6 +54,9 @@ def fixed(problem: str, fix: str, why: str = "") -> str:
     return f"{problem.split(' Fix: ')[0].rstrip('.')}{f'; {why}' if why else ''}. Fix: {fix}"
 
 
+STORED = (("artifact", "the selected artifact"), ("ledger_entry", "the ledger entry of this qualification"))
+
+
 def step_problems(sentinel_path: Path) -> list[str]:
     """A step folder's problems (its sentinel, outputs, upstream links, provenance, records in the store), each line
     ending with its fix: of the folder itself, the command that rebuilds the step (its outputs come back byte for byte)."""
@@ -75,30 +78,26 @@ def step_problems(sentinel_path: Path) -> list[str]:
 def stored_problems(sentinel_path: Path, body: dict[str, Any]) -> list[str]:
     """The records a sentinel names in the results store: the selected artifact, the ledger entry, the exported files."""
     results = tree_of(sentinel_path)
+    named = [(key, body[key], what) for key, what in STORED if isinstance(body.get(key), dict)]
+    named += [
+        ("exported", record, f"the published copy of the exported {name}") for name, record in sorted((body.get("exported") or {}).items())
+    ]
     problems = []
-    for key, what in (("artifact", "the selected artifact"), ("ledger_entry", "the ledger entry of this qualification")):
-        if isinstance(body.get(key), dict):
-            stored = results / body[key]["key"]
-            if key == "ledger_entry":  # write-once: no step writes an entry again (a rerun would reset the exposure)
-                fix = f"restore {stored} from a backup"
-            else:  # content-addressed: the step that published it publishes the same bytes again
-                fix = rebuild_command(sentinel_path, remove=True)
-            if not stored.exists():
-                problems.append(f"{stored}: {what} is missing (deleted?); {sentinel_path} records it. Fix: {fix}")
-            elif sha256_file(stored) != body[key]["sha256"]:
-                fix = fix if key == "ledger_entry" else f"rm -f {shlex.quote(str(stored))} && {fix}"
-                problems.append(f"{stored}: {what} differs from the one {sentinel_path} recorded (edited or damaged?). Fix: {fix}")
-    for name, record in sorted((body.get("exported") or {}).items()):  # steps/export.py: each file's published copy
+    for key, record, what in named:
         stored = results / record["key"]
-        fix = rebuild_command(sentinel_path, remove=True)
-        if not stored.exists():
-            missing = f"{stored}: the published copy of the exported {name} is missing (deleted?); {sentinel_path} records it"
-            problems.append(f"{missing}. Fix: {fix}")
-        elif sha256_file(stored) != record["sha256"]:
-            problems.append(
-                f"{stored}: the published copy of the exported {name} differs from the one {sentinel_path} recorded. "
-                f"Fix: rm -f {shlex.quote(str(stored))} && {fix}"
-            )
+        missing = not stored.exists()
+        if not missing and sha256_file(stored) == record["sha256"]:
+            continue
+        if key == "ledger_entry":  # write-once: no step writes an entry again (a rerun would reset the exposure)
+            fix = f"restore {stored} from a backup"
+        else:  # content-addressed: the step that published it publishes the same bytes again (plan records read only now)
+            rebuild = rebuild_command(sentinel_path, remove=True)
+            fix = rebuild if missing else f"rm -f {shlex.quote(str(stored))} && {rebuild}"
+        damaged = "" if key == "exported" else " (edited or damaged?)"
+        said = (
+            f"is missing (deleted?); {sentinel_path} records it" if missing else f"differs from the one {sentinel_path} recorded{damaged}"
+        )
+        problems.append(f"{stored}: {what} {said}. Fix: {fix}")
     return problems
 
 
