@@ -1,4 +1,5 @@
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -65,14 +66,19 @@ def test_a_create_only_write_clears_what_a_killed_writer_left_but_not_a_live_one
     dead = subprocess.Popen(["true"])
     dead.wait()
     live = subprocess.Popen(["sleep", "30"])
+    zombie = subprocess.Popen(["true"])  # killed and not reaped: /proc/<pid> stays while init does not reap it (as on CI)
+    while Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        time.sleep(0.01)
     try:
         left = tmp_path / f".entry.json.{host}.{dead.pid}.tmp"
+        left_by_zombie = tmp_path / f".entry.json.{host}.{zombie.pid}.tmp"
         running = tmp_path / f".entry.json.{host}.{live.pid}.tmp"
         other_host = tmp_path / f".entry.json.elsewhere.{dead.pid}.tmp"
-        for path in (left, running, other_host):
+        for path in (left, left_by_zombie, running, other_host):
             path.write_bytes(b"partial")
         files.atomic_write_bytes(tmp_path / "entry.json", b"{}", create_only=True)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["entry.json", running.name, other_host.name])
     finally:
         live.kill()
         live.wait()
+        zombie.wait()

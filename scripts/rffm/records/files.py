@@ -174,8 +174,18 @@ def remove_dead_temporaries(path: Path) -> None:
     host = socket.gethostname()
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         owner, _, pid = tmp.name[len(path.name) + 2 : -len(".tmp")].rpartition(".")
-        if owner == host and pid.isdigit() and (int(pid) == os.getpid() or not Path(f"/proc/{pid}").exists()):
+        if owner == host and pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
             tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of that pid runs. A killed process whose parent died stays a zombie until init reaps it, and
+    an init that never reaps (a container's or CI runner's first process) keeps /proc/<pid> forever: a zombie is dead."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
