@@ -13,15 +13,10 @@ import pytest
 from cached_tiny import BACKBONE, DATASET
 
 from conftest import cache_build, make_backbone, stage
+from fixes import fix_of
 from rffm.data import cache_local
 from rffm.data.splits import map_iq, read_split
 from rffm.errors import ConfigError, DataError
-
-
-def fix_of(caught: pytest.ExceptionInfo) -> str:
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message.split(" Fix: ", 1)[1]
 
 
 @pytest.fixture

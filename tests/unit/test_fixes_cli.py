@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_text
+from fixes import fix_of
 from rffm import config
 from rffm.cli import main
 from rffm.errors import ConfigError
@@ -18,12 +19,6 @@ from rffm.runtime import device
 
 IMAGE = "us-central1-docker.pkg.dev/p/rffm/worker"
 DIGEST = "sha256:" + "ab" * 32
-
-
-def fix_of(caught: pytest.ExceptionInfo) -> str:
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message.split(" Fix: ", 1)[1]
 
 
 def refused(capsys, *argv: str) -> str:

@@ -12,6 +12,7 @@ from cached_tiny import BACKBONE, DATASET
 from torch import nn
 
 from conftest import cache_build, make_backbone, stage, tiny_config
+from fixes import fix_of
 from rffm.config import check
 from rffm.data import cache_plan
 from rffm.errors import ConfigError
@@ -40,12 +41,6 @@ class Layered(nn.Module):
 
 def encoder(length: int | None = None, **config) -> Encoder:
     return Encoder(Layered().eval(), "f" * 64, spec_for(config), WHERE, length=length)
-
-
-def fix_of(caught: pytest.ExceptionInfo) -> str:
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message.split(" Fix: ", 1)[1]
 
 
 def features(enc: Encoder, length: int = 8) -> list[torch.Tensor]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fixes import fix_of
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import foreign
 from rffm.model.usercode import split_entry_point
@@ -26,12 +27,6 @@ def user_module(tmp_path: Path):
     yield tmp_path
     sys.modules.pop(MODULE, None)
     sys.path[:] = [p for p in sys.path if p != str(tmp_path.resolve())]
-
-
-def fix_of(caught: pytest.ExceptionInfo) -> str:
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message.split(" Fix: ", 1)[1]
 
 
 def test_an_entry_point_without_its_function_is_fixed_by_naming_module_and_function():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fixes import fix_of
 from rffm.errors import ConfigError, ExposureError, IntegrityError
 from rffm.model import cnn, head
 from rffm.records import ledger
@@ -22,12 +23,6 @@ from rffm.training.artifact import load_cnn, load_head
 from rffm.training.selection import publish_artifact
 
 SPLIT = "xxh3_128_of_parts:" + "ab" * 16
-
-
-def fix_of(caught: pytest.ExceptionInfo) -> str:
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message.split(" Fix: ", 1)[1]
 
 
 def restore(path: Path, backup: Path) -> None:
