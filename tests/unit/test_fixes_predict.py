@@ -17,7 +17,8 @@ import torch
 import rfdata
 from conftest import stage
 from rffm.cli import main
-from rffm.steps import export
+from rffm.model import programs
+from rffm.records.layout import EXPORT_PROGRAM
 
 CLASSES = ["BPSK", "QPSK"]
 LENGTH = 16
@@ -46,8 +47,8 @@ class Flat(torch.nn.Module):
 def exported(folder: Path, length: int) -> Path:
     """An export folder as the export step lays it out: model.pt2 with the signature inside."""
     folder.mkdir(parents=True, exist_ok=True)
-    program = export.torch_program(Flat(length).eval(), length)
-    export.save_program(program, folder / export.PROGRAM, {"classes": CLASSES, "input": {"length": length}})
+    program = programs.torch_program(Flat(length).eval(), length)
+    programs.save_program(program, folder / EXPORT_PROGRAM, {"classes": CLASSES, "input": {"length": length}})
     return folder
 
 
@@ -88,7 +89,7 @@ def test_a_program_without_rffms_signature_is_fixed_by_pointing_at_the_model_exp
     plain = tmp_path / "backbone.pt2"  # a torch.export program, not the classifier export writes
     torch.export.save(torch.export.export(Flat(LENGTH).eval(), (torch.zeros(2, 2, LENGTH),)), plain)
     assert refused(capsys, plain, root / "datasets/d/val.h5") == "point at the model.pt2 that export writes."
-    model = root / "runs/base/export" / export.PROGRAM
+    model = root / "runs/base/export" / EXPORT_PROGRAM
     assert classified(capsys, tmp_path / "p.json", model, root / "datasets/d/val.h5")["windows"] == 4
 
 

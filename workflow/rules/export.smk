@@ -7,10 +7,10 @@ rule export:
     input:
         unpack(export_inputs),
     output:
-        program=export_file("{run}", "model.pt2"),
-        onnx=export_file("{run}", "model.onnx"),
-        weights=export_file("{run}", "weights.safetensors"),
-        model_card=export_file("{run}", "model_card.json"),
+        program=export_file("{run}", layout.EXPORT_PROGRAM),
+        onnx=export_file("{run}", layout.EXPORT_ONNX),
+        weights=export_file("{run}", layout.EXPORT_WEIGHTS),
+        model_card=export_file("{run}", layout.MODEL_CARD),
         provenance=export_file("{run}", "provenance.json"),
         sentinel=export_file("{run}", "sentinel.json"),
     log:

@@ -18,7 +18,7 @@ from rffm import config as rffm_config
 from rffm.errors import ConfigError
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records.files import atomic_write_bytes, read_json
-from rffm.records.layout import EXPORT, MANIFEST_NAME, MEMO, QUALIFICATION, SELECTION, run_folder
+from rffm.records.layout import EXPORT, EXPORT_FILES, MANIFEST_NAME, MEMO, QUALIFICATION, SELECTION, run_folder
 
 PROCEDURES = ("validation_selection", "final_qualification")
 GCS_MOUNT_ENV = "RFFM_GCS_MOUNT"
@@ -80,7 +80,7 @@ def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> 
         files["run_manifest.json"] = (run_dir / QUALIFICATION / MANIFEST_NAME, 0o644)
         files["qualification_metrics.json"] = (run_dir / QUALIFICATION / "metrics.json", 0o644)
         # the deployable classifier (rules/export.smk) in its own folder: the artifact URI a Model Registry upload names
-        for name in ("model.pt2", "model.onnx", "weights.safetensors", "model_card.json"):
+        for name in EXPORT_FILES:
             if (run_dir / EXPORT / name).is_file():
                 files[f"{EXPORT}/{name}"] = (run_dir / EXPORT / name, 0o444)
     written = []

@@ -26,10 +26,9 @@ import numpy as np
 import torch
 
 from rffm.errors import DataError
+from rffm.records.layout import EXPORT_PROGRAM, PROGRAM_SIGNATURE
 from rffm.runtime.progress import Progress
 
-SIGNATURE = "rffm_signature.json"  # written into the .pt2 by steps/export.py
-PROGRAM = "model.pt2"
 UNLABELLED = -1
 
 
@@ -48,13 +47,13 @@ class Windows:
 def load_model(model: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     """The exported program (as a callable module) and its signature, from a .pt2 or the folder holding model.pt2."""
     path = Path(model)
-    path = path / PROGRAM if path.is_dir() else path
+    path = path / EXPORT_PROGRAM if path.is_dir() else path
     if not path.is_file():
         raise DataError(f"{path}: no such exported model. Fix: point at results/runs/<run>/export (or its model.pt2) after `make run`.")
-    extra = {SIGNATURE: ""}
+    extra = {PROGRAM_SIGNATURE: ""}
     try:
         program = torch.export.load(path, extra_files=extra)
-        signature = json.loads(extra[SIGNATURE])
+        signature = json.loads(extra[PROGRAM_SIGNATURE])
     except Exception as error:  # a damaged or foreign archive: one line
         kind = type(error).__name__
         raise DataError(f"{path}: not an rffm exported classifier ({kind}). Fix: point at the model.pt2 that export writes.") from None

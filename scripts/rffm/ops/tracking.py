@@ -20,7 +20,7 @@ from typing import Any
 
 from rffm.errors import RffmError
 from rffm.records.files import sha256_file
-from rffm.records.layout import EXPORT, MANIFEST_NAME, QUALIFICATION, REPORT, RUNS, SENTINEL_NAME
+from rffm.records.layout import EXPORT, EXPORT_ONNX, EXPORT_PROGRAM, MANIFEST_NAME, MODEL_CARD, QUALIFICATION, REPORT, RUNS, SENTINEL_NAME
 
 EXPERIMENT = "rffm"
 IDENTITY_TAG = "rffm.identity"
@@ -122,7 +122,7 @@ def log_run(mlflow, uri: str, experiment_id: str, run_dir: Path, key: str) -> st
         for name in (*FIGURES, REPORTS[0], REPORTS[1], f"{QUALIFICATION}/{MANIFEST_NAME}"):
             if (run_dir / name).is_file():
                 mlflow.log_artifact(str(run_dir / name), artifact_path=str(Path(name).parent))
-        if (run_dir / EXPORT / "model.onnx").is_file():
+        if (run_dir / EXPORT / EXPORT_ONNX).is_file():
             log_export(mlflow, run_dir / EXPORT)
     return active.info.run_id
 
@@ -134,16 +134,16 @@ def log_export(mlflow, export_dir: Path) -> None:
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
 
-    card = json.loads((export_dir / "model_card.json").read_text())
+    card = json.loads((export_dir / MODEL_CARD).read_text())
     length, classes = int(card["input"]["length"]), len(card["classes"])
     signature = ModelSignature(
         inputs=Schema([TensorSpec(np.dtype("float32"), (-1, 2, length), "iq")]),
         outputs=Schema([TensorSpec(np.dtype("float32"), (-1, classes), "logits")]),
     )
-    model = onnx.load(str(export_dir / "model.onnx"))
+    model = onnx.load(str(export_dir / EXPORT_ONNX))
     requirements = [f"onnxruntime=={_version('onnxruntime')}"]
     mlflow.onnx.log_model(model, name="classifier", signature=signature, pip_requirements=requirements, save_as_external_data=False)
-    for name in ("model.pt2", "model_card.json"):
+    for name in (EXPORT_PROGRAM, MODEL_CARD):
         mlflow.log_artifact(str(export_dir / name), artifact_path="export")
 
 

@@ -65,6 +65,10 @@ def epoch_folder(run: str, epoch: int | str) -> str:
     return f"{epochs_folder(run)}/{epoch}"
 
 
+CHECKPOINT_NAME, METRICS_NAME = "checkpoint.pt", "metrics.json"  # an epoch's files (a sweep's: its bundle and table)
+EPOCH_FILES = (CHECKPOINT_NAME, METRICS_NAME)
+
+
 def selection_folder(run: str) -> str:
     return f"{run_folder(run)}/{SELECTION}"
 
@@ -75,6 +79,11 @@ def qualification_folder(run: str) -> str:
 
 def export_folder(run: str) -> str:
     return f"{run_folder(run)}/{EXPORT}"
+
+
+# an export folder's files; the signature is a record inside the .pt2 (torch.export.load(extra_files=...))
+EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS = "model.pt2", "model.onnx", "weights.safetensors"
+PROGRAM_SIGNATURE = "rffm_signature.json"
 
 
 def profiling_folder(run: str) -> str:
@@ -122,7 +131,8 @@ def root_of(path: str, folder: str) -> str:
 
 
 ARTIFACTS = "artifacts"  # the results store's folder of selected heads, by content
-MODEL_CARD = "model_card.json"
+MODEL_CARD = "model_card.json"  # a selection's and an export's description of its model
+EXPORT_FILES = (EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS, MODEL_CARD)
 
 
 def artifact_name(sha256: str) -> str:

@@ -55,12 +55,24 @@ class Step:
         self.sentinel: Path | None = None
         self._provenance: dict[str, Any] | None = None
 
-    def __enter__(self) -> Step:
+    def open(self) -> Step:
+        """Start: clear the directory's old sentinel and a killed attempt's temporary files."""
         self.started = provenance.start()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / SENTINEL_NAME).unlink(missing_ok=True)
         remove_temporaries(self.out_dir)
         return self
+
+    def child(self, out_dir: str | Path, params: Any) -> Step:
+        """An opened step of the same rule and key in `out_dir` (a sweep member as its plain run), reading this step's
+        cache on this step's device; the caller links its other inputs and closes it."""
+        member = Step(self.rule, out_dir, key=dict(self.key), params=params, code=self.code).open()
+        member.device = self.device
+        member.inputs = {"cache": self.inputs["cache"]}
+        return member
+
+    def __enter__(self) -> Step:
+        return self.open()
 
     def consume(self, role: str, sentinel_path: str | Path, files: list[str] = ()) -> dict[str, Any]:
         """Check an upstream sentinel (its links and the named files it vouches for), link it as input `role`, return it."""
@@ -93,12 +105,17 @@ class Step:
             self._provenance = provenance.describe(self.rule, self.started, device=self.device, extra=self.details)
         return self._provenance
 
+    def close(self) -> Path:
+        """Finish: write the provenance file, then the sentinel (last: it vouches for everything before it)."""
+        sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.threads(), **self.facts})
+        # outputs the sentinel vouches for only in part (JSON without non-deterministic keys): their full bytes
+        full = {name: sha256_file(self.out_dir / name) for name, record in self.outputs.items() if "excluding" in record}
+        provenance.write(self.provenance_path, {**self.provenance_record(), **({"outputs_sha256": full} if full else {})}, sentinel)
+        self.sentinel = self.out_dir / SENTINEL_NAME
+        atomic_write_bytes(self.sentinel, sentinel)
+        return self.sentinel
+
     def __exit__(self, exc_type, exc, traceback) -> bool:
         if exc_type is None:
-            sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.threads(), **self.facts})
-            # outputs the sentinel vouches for only in part (JSON without non-deterministic keys): their full bytes
-            full = {name: sha256_file(self.out_dir / name) for name, record in self.outputs.items() if "excluding" in record}
-            provenance.write(self.provenance_path, {**self.provenance_record(), **({"outputs_sha256": full} if full else {})}, sentinel)
-            self.sentinel = self.out_dir / SENTINEL_NAME
-            atomic_write_bytes(self.sentinel, sentinel)
+            self.close()
         return False

@@ -12,18 +12,15 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.records import launch, ledger, manifest
-from rffm.records.files import atomic_write_json
-from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, split_file
-from rffm.records.sentinel import json_record, record_digest
+from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.sentinel import record_digest
 from rffm.records.step import Step
 from rffm.records.store import given_store
-from rffm.report import qualification as plots
 from rffm.training.artifact import load_head
 from rffm.training.evaluation import predict_heads, qualification_metrics
-from rffm.training.qualification import qualify_once
+from rffm.training.qualification import qualify_once, write_results
 
 RULE = "qualify"
-OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", MANIFEST_NAME)
 
 
 def run(
@@ -63,16 +60,7 @@ def run(
         if blob["backbone_fingerprint"] != weights["backbone"]["fingerprint"]:
             raise IntegrityError(f"{results.where(chosen['artifact']['key'])} was trained on another backbone than {backbone_dir}")
 
-        def predict(test_path: Path):
-            """Through the encoder the cache was built with (its identity checked first)."""
-            encoder = cached["encoder"]
-            model = encoders.load(cached["backbone"], backbone_dir / "backbone.pt", encoder["spec"], encoder["where"], device)
-            if model.identity != encoder["fingerprint"]:
-                where = f"{backbone_dir}: not the encoder the cache record names"
-                raise IntegrityError(f"{RULE} refuses to start: {where}. Fix: rerun snakemake.")
-            predictions, step.details["batch_stats"] = predict_heads(model, head, test_path, batch_size, batch_profile, device)
-            return predictions
-
+        predict = predictor(cached, backbone_dir, head, step, batch_size, batch_profile, device)
         qualified = qualify_once(
             results,
             split_digest=record_digest(dataset["outputs"][split_file("test")]),
@@ -87,33 +75,45 @@ def run(
         )
         if qualified["recalled"]:
             step.details["recalled_from_ledger"] = qualified["recalled"]
-        metrics = qualified["metrics"]
-        atomic_write_json(out_dir / "metrics.json", metrics)
-        title = f"{run_name}: test accuracy {metrics['accuracy']:.3f}"
-        plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", title, metrics.get("accuracy_by_class_and_snr"))
-        plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{run_name}: normalized confusion (test)")
-        consumed = {"--dataset-dir": dataset_dir, "--backbone-dir": backbone_dir, "--cache-record-dir": cache_record_dir}
-        steps = manifest.collect_steps(manifest.FROZEN_BACKBONE, {**consumed, "--epoch-dirs": epoch_dirs, "--selection-dir": selection_dir})
         step.device = device
-        steps[RULE] = step.provenance_record()
-        launch_record = launch.recorded(results, run_name, launch_profile)
-        body = manifest.build(
-            manifest.FROZEN_BACKBONE,
-            spec,
-            dataset,
-            selection,
-            qualified,
-            steps,
-            backbone_sentinel=weights,
-            epoch_dirs=epoch_dirs,
-            launch_record=launch_record,
-        )
-        atomic_write_json(out_dir / MANIFEST_NAME, body)
-        for name in OUTPUTS[:-1]:
-            step.output(name)
-        # the manifest's provenance names hosts and job ids; the sentinel vouches for the rest of it
-        step.output(MANIFEST_NAME, json_record(out_dir / MANIFEST_NAME, ["provenance"]))
-        summary = {name: metrics[name] for name in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
-        step.facts.update({"backbone_fingerprint": blob["backbone_fingerprint"], "qualification": summary})
-        step.facts["ledger_entry"] = qualified["link"]
+        consumed = {"--dataset-dir": dataset_dir, "--backbone-dir": backbone_dir, "--cache-record-dir": cache_record_dir}
+        consumed |= {"--epoch-dirs": epoch_dirs, "--selection-dir": selection_dir}
+        upstream = {"dataset": dataset, "selection": selection, "backbone": weights}
+        body = run_manifest(step, spec, upstream, qualified, consumed, launch.recorded(results, run_name, launch_profile))
+        write_results(step, qualified, body, run_name)
+        step.facts["backbone_fingerprint"] = blob["backbone_fingerprint"]
     return step.sentinel
+
+
+def predictor(cached: dict, backbone_dir: Path, head, step: Step, batch_size: int, batch_profile, device: str):
+    """Test-split predictions through the encoder the cache was built with (its identity checked first)."""
+
+    def predict(test_path: Path):
+        encoder = cached["encoder"]
+        model = encoders.load(cached["backbone"], backbone_dir / "backbone.pt", encoder["spec"], encoder["where"], device)
+        if model.identity != encoder["fingerprint"]:
+            where = f"{backbone_dir}: not the encoder the cache record names"
+            raise IntegrityError(f"{RULE} refuses to start: {where}. Fix: rerun snakemake.")
+        predictions, step.details["batch_stats"] = predict_heads(model, head, test_path, batch_size, batch_profile, device)
+        return predictions
+
+    return predict
+
+
+def run_manifest(
+    step: Step, spec: dict, upstream: dict[str, dict], qualified: dict, consumed: dict[str, Any], launch_record: dict | None
+) -> dict[str, Any]:
+    """The run manifest: the steps' provenance read from the folders the qualification consumed, and this step's own."""
+    steps = manifest.collect_steps(manifest.FROZEN_BACKBONE, consumed)
+    steps[RULE] = step.provenance_record()
+    return manifest.build(
+        manifest.FROZEN_BACKBONE,
+        spec,
+        upstream["dataset"],
+        upstream["selection"],
+        qualified,
+        steps,
+        backbone_sentinel=upstream["backbone"],
+        epoch_dirs=consumed["--epoch-dirs"],
+        launch_record=launch_record,
+    )

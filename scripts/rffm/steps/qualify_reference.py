@@ -12,18 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from rffm.records import ledger, manifest
-from rffm.records.files import atomic_write_json
-from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, split_file
-from rffm.records.sentinel import json_record, record_digest
+from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.sentinel import record_digest
 from rffm.records.step import Step
 from rffm.records.store import given_store
-from rffm.report import qualification as plots
 from rffm.training.artifact import load_cnn
 from rffm.training.evaluation import predict_cnn, qualification_metrics
-from rffm.training.qualification import qualify_once
+from rffm.training.qualification import qualify_once, write_results
 
 RULE = "qualify_reference"
-OUTPUTS = ("metrics.json", "accuracy_vs_snr.png", "confusion_matrix.png", MANIFEST_NAME)
 
 
 def run(
@@ -61,18 +58,10 @@ def run(
         )
         if qualified["recalled"]:
             step.details["recalled_from_ledger"] = qualified["recalled"]
-        metrics = qualified["metrics"]
-        atomic_write_json(out_dir / "metrics.json", metrics)
-        plots.accuracy_vs_snr(metrics, out_dir / "accuracy_vs_snr.png", f"{name} (end-to-end CNN): test accuracy {metrics['accuracy']:.3f}")
-        plots.confusion(metrics, out_dir / "confusion_matrix.png", f"{name}: normalized confusion (test)")
         step.device = "cpu"
         steps = manifest.collect_steps(manifest.END_TO_END, {"--dataset-dir": dataset_dir, "--selection-dir": selection_dir})
         steps[RULE] = step.provenance_record()
         body = manifest.build(manifest.END_TO_END, spec, dataset, selection, qualified, steps, model=blob["cnn_config"])
-        atomic_write_json(out_dir / MANIFEST_NAME, body)
-        for output in OUTPUTS[:-1]:
-            step.output(output)
-        step.output(MANIFEST_NAME, json_record(out_dir / MANIFEST_NAME, ["provenance"]))
-        summary = {key: metrics[key] for key in ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")}
-        step.facts.update({"kind": "end_to_end", "qualification": summary, "ledger_entry": qualified["link"]})
+        write_results(step, qualified, body, name, model=" (end-to-end CNN)")
+        step.facts["kind"] = "end_to_end"
     return step.sentinel
