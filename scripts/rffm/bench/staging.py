@@ -172,7 +172,9 @@ def rates(size: int, runs: list[float]) -> str:
 
 
 def run(work_dir: Path, size_bytes: int, repeats: int = 3, report=print) -> dict:
-    """Generate, measure and stage; return the results."""
+    """Generate, measure and stage; return the results.
+
+    Longer than 60 lines on purpose: one measurement protocol read top to bottom, each figure next to what it timed."""
     # at least 5 rows per (class, SNR) in the small file, so each split gets every class
     large_rows = max(20 * STRATA, size_bytes // ROW_BYTES // (4 * STRATA) * (4 * STRATA))
     small_rows = large_rows // 4

@@ -36,7 +36,10 @@ from rffm.errors import RffmError
 
 
 def parser() -> argparse.ArgumentParser:
-    """The argument parser for every verb."""
+    """The argument parser for every verb.
+
+    Longer than 60 lines on purpose: the table of every everyday verb and its flags, one verb a paragraph (the steps'
+    verbs are built from the step table, cli/steps.py)."""
     top = argparse.ArgumentParser(prog="rffm", description=__doc__)
     top.add_argument("--version", action="version", version=f"rffm {__version__}")
     verbs = top.add_subparsers(dest="command", required=True)

@@ -45,22 +45,14 @@ class SigmfSource:
             if rate is not None:
                 rates.add(float(rate))
             for i, note in enumerate(recording.get_annotations()):
-                label = note.get(sigmf.LABEL_KEY)
-                if label is None:
+                if note.get(sigmf.LABEL_KEY) is None:
                     continue
-                first, count = self._extent(meta, recording, i, note)
-                starts = first + self.stride * np.arange(max(0, (count - self.window) // self.stride + 1))
-                value = note.get(self.snr_key, np.nan)
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
-                    raise DataError(
-                        f"{meta}: annotation {i} field {self.snr_key!r} is {value!r}, not a number. "
-                        f"Fix: store the SNR in dB as a number, or set datasets.{spec['name']}.sigmf.snr_key to the right key."
-                    )
+                starts, label, value = self._windows(meta, recording, i, note)
                 rec += [number] * len(starts)
                 start += starts.tolist()
                 annotation += [i] * len(starts)
-                raw += [str(label)] * len(starts)
-                snr += [float(value)] * len(starts)
+                raw += [label] * len(starts)
+                snr += [value] * len(starts)
         if not rec:
             raise DataError(
                 f"{', '.join(map(str, self.metas))}: no labelled window of {self.window} samples (field core:label, "
@@ -92,6 +84,18 @@ class SigmfSource:
             "stride": self.stride,
             "snr_key": self.snr_key,
         }
+
+    def _windows(self, meta: Path, recording, i: int, note: dict[str, Any]) -> tuple[np.ndarray, str, float]:
+        """A labelled annotation's windows: (their first samples, its label, its SNR in dB)."""
+        first, count = self._extent(meta, recording, i, note)
+        starts = first + self.stride * np.arange(max(0, (count - self.window) // self.stride + 1))
+        value = note.get(self.snr_key, np.nan)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise DataError(
+                f"{meta}: annotation {i} field {self.snr_key!r} is {value!r}, not a number. "
+                f"Fix: store the SNR in dB as a number, or set datasets.{self.spec['name']}.sigmf.snr_key to the right key."
+            )
+        return starts, str(note[sigmf.LABEL_KEY]), float(value)
 
     def _first_with(self, raw: list[str], name: str, rec: list[int], annotation: list[int]) -> str:
         i = raw.index(name)

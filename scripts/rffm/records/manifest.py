@@ -96,39 +96,14 @@ def build(
     """
     if kind not in KINDS:
         raise ValueError(f"manifest kind {kind!r}: one of {KINDS}")
-    dataset, metrics = dataset_sentinel["dataset"], qualified["metrics"]
     body = {
         "schema_version": SCHEMA_VERSION,
         "run_id": spec["run"],
         "procedure": PROCEDURE,
-        "dataset": {
-            "name": dataset["name"],
-            "source": dataset["source"],
-            "sentinel_sha256": sha256_json(dataset_sentinel),
-            "splits": {name: record_digest(record) for name, record in dataset_sentinel["outputs"].items()},
-            "classes": dataset["classes"],
-            "counts": dataset["counts"],
-        },
+        "dataset": dataset_part(dataset_sentinel),
         "training": {"params": spec["train"]},
-        "selection": {
-            "epoch": selection["epoch"],
-            "metric": selection["metric"],
-            "mode": selection["mode"],
-            "value": selection["value"],
-            "artifact_sha256": selection["artifact_sha256"],
-            "artifact_path": selection["artifact_path"],  # in the results store, named by its sha256
-            **({"member": selection["member"], "settings": selection["settings"]} if "member" in selection else {}),
-        },
-        "qualification": {
-            "accuracy": metrics["accuracy"],
-            "macro_f1": metrics["macro_f1"],
-            "accuracy_high_snr": metrics["accuracy_high_snr"],
-            "accuracy_by_snr": metrics["accuracy_by_snr"],
-            "accuracy_by_class": metrics["accuracy_by_class"],
-            "exposure_count": metrics["exposure_count"],
-            "test_count": metrics["count"],
-            "ledger_entry": qualified["link"],
-        },
+        "selection": selection_part(selection),
+        "qualification": qualification_part(qualified),
     }
     if kind == END_TO_END:
         return {
@@ -150,19 +125,51 @@ def build(
             "fingerprint": backbone_sentinel["backbone"]["fingerprint"],
             **user_backbone(backbone_sentinel["backbone"]),
         },
-        "provenance": {
-            **source_revision(Path(__file__).resolve().parent),
-            "versions": versions(),
-            "device": steps.get("qualify", {}).get("device"),
-            "steps": {
-                rule: {key: record.get(key) for key in STEP_KEYS}
-                | ({"jobs": [{k: j.get(k) for k in ("epoch", *STEP_KEYS)} for j in record["jobs"]]} if "jobs" in record else {})
-                for rule, record in steps.items()
-            },
-            "launch_profile": launch_record,
-            "restored_epochs": restored_epochs(steps.get("train_epoch", {}).get("jobs", [])),
-        },
+        "provenance": frozen_provenance(steps, launch_record),
     }
+
+
+def frozen_provenance(steps: dict[str, Any], launch_record: dict[str, Any] | None) -> dict[str, Any]:
+    """Where a frozen-backbone run ran: the checkout's revision, versions, each step's host and times (each epoch job's),
+    the launch profile and the epochs restored from the memo."""
+    return {
+        **source_revision(Path(__file__).resolve().parent),
+        "versions": versions(),
+        "device": steps.get("qualify", {}).get("device"),
+        "steps": {
+            rule: {key: record.get(key) for key in STEP_KEYS}
+            | ({"jobs": [{k: j.get(k) for k in ("epoch", *STEP_KEYS)} for j in record["jobs"]]} if "jobs" in record else {})
+            for rule, record in steps.items()
+        },
+        "launch_profile": launch_record,
+        "restored_epochs": restored_epochs(steps.get("train_epoch", {}).get("jobs", [])),
+    }
+
+
+def dataset_part(dataset_sentinel: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's dataset: its name, source, sentinel and split digests, classes and counts."""
+    dataset = dataset_sentinel["dataset"]
+    return {
+        "name": dataset["name"],
+        "source": dataset["source"],
+        "sentinel_sha256": sha256_json(dataset_sentinel),
+        "splits": {name: record_digest(record) for name, record in dataset_sentinel["outputs"].items()},
+        "classes": dataset["classes"],
+        "counts": dataset["counts"],
+    }
+
+
+def selection_part(selection: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's selection: the chosen epoch (and sweep member) and its artifact in the results store."""
+    chosen = {key: selection[key] for key in ("epoch", "metric", "mode", "value", "artifact_sha256", "artifact_path")}
+    return chosen | ({"member": selection["member"], "settings": selection["settings"]} if "member" in selection else {})
+
+
+def qualification_part(qualified: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's qualification: the test figures, the exposure count and the ledger entry they came from."""
+    metrics = qualified["metrics"]
+    figures = ("accuracy", "macro_f1", "accuracy_high_snr", "accuracy_by_snr", "accuracy_by_class", "exposure_count")
+    return {key: metrics[key] for key in figures} | {"test_count": metrics["count"], "ledger_entry": qualified["link"]}
 
 
 def epoch_rows(epoch_dirs: list, selection: dict[str, Any]) -> list[dict[str, Any]]:

@@ -93,20 +93,10 @@ def run(
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])["dataset"]  # never the test split
         cached = step.consume("cache", Path(cache_record_dir) / SENTINEL_NAME)  # the encoder the head was trained behind
-        with h5py.File(dataset_dir / split_file("val"), "r") as handle:
-            rate, origin = (decode(handle.attrs.get(name)) for name in ("sample_rate", "source"))
-            staged_length = int(handle["iq"].shape[-1])
-        module, blob = classifier_module(backbone_dir, cached, results, chosen["artifact"], staged_length)
+        staged = staged_facts(dataset_dir / split_file("val"))
+        module, blob = classifier_module(backbone_dir, cached, results, chosen["artifact"], staged["length"])
         selection = chosen["selection"]
-        with contextlib.suppress(TypeError, ValueError):
-            origin = json.loads(origin)
-        signature = {
-            "format": "rffm-classifier/1",
-            "classes": blob["classes"],
-            "input": {"name": "iq", "layout": LAYOUT, "length": blob["length"], "normalisation": blob["normalisation"]},
-            "output": {"name": "logits", "layout": "float32 [batch, classes]; softmax gives class probabilities"},
-            "sample_rate_hz": rate if isinstance(rate, float) and np.isfinite(rate) and rate > 0 else None,
-        }
+        signature = signature_of(blob, staged["sample_rate"])
         save_program(torch_program(module, blob["length"]), out_dir / EXPORT_PROGRAM, signature)
         atomic_write_bytes(out_dir / EXPORT_ONNX, onnx_bytes(module, blob["length"]))
         # one metadata key: safetensors keeps metadata in a hash map, so several keys come out in a per-process order
@@ -118,7 +108,7 @@ def run(
         card = {
             **signature,
             "run": spec["run"],
-            "dataset": {"name": dataset["name"], "source": origin, "sentinel_sha256": step.inputs["dataset"]["sha256"]},
+            "dataset": {"name": dataset["name"], "source": staged["source"], "sentinel_sha256": step.inputs["dataset"]["sha256"]},
             "backbone": {"name": spec["backbone"], "fingerprint": weights["backbone"]["fingerprint"]},
             "artifact": {"key": chosen["artifact"]["key"], "sha256": selection["artifact_sha256"]},
             "head_config": blob["head_config"],
@@ -132,6 +122,27 @@ def run(
             step.output(name)
         step.facts.update({"backbone_fingerprint": weights["backbone"]["fingerprint"], "exported": files, "validation_check": figures})
     return step.sentinel
+
+
+def staged_facts(split: Path) -> dict[str, Any]:
+    """What a staged split says of its data: {length, sample_rate, source} (the source's JSON parsed where it is JSON)."""
+    with h5py.File(split, "r") as handle:
+        rate, origin = (decode(handle.attrs.get(name)) for name in ("sample_rate", "source"))
+        length = int(handle["iq"].shape[-1])
+    with contextlib.suppress(TypeError, ValueError):
+        origin = json.loads(origin)
+    return {"length": length, "sample_rate": rate, "source": origin}
+
+
+def signature_of(blob: dict[str, Any], rate: Any) -> dict[str, Any]:
+    """The exported program's own description (inside the .pt2, and the start of its model card)."""
+    return {
+        "format": "rffm-classifier/1",
+        "classes": blob["classes"],
+        "input": {"name": "iq", "layout": LAYOUT, "length": blob["length"], "normalisation": blob["normalisation"]},
+        "output": {"name": "logits", "layout": "float32 [batch, classes]; softmax gives class probabilities"},
+        "sample_rate_hz": rate if isinstance(rate, float) and np.isfinite(rate) and rate > 0 else None,
+    }
 
 
 def recorded_val_accuracy(manifest: Path, epoch: int) -> float | None:

@@ -54,33 +54,10 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
         if names:
             source = io.BytesIO(sweep.read_member(source, best["member"], "checkpoint.pt"))
         checkpoint = torch.load(source, map_location="cpu", weights_only=True)
-        weights = {
-            "format": "rffm-head-artifact/1",
-            "classes": checkpoint["classes"],
-            "backbone_fingerprint": checkpoint["backbone_fingerprint"],
-            "head_config": checkpoint["head_config"],
-            "head": checkpoint["head"],
-        }
-        published = publish_artifact(results, weights)
-        artifact, digest = published["key"], published["sha256"]
+        head = ("classes", "backbone_fingerprint", "head_config", "head")  # in this order: the artifact's bytes
+        published = publish_artifact(results, {"format": "rffm-head-artifact/1", **{key: checkpoint[key] for key in head}})
         evidence = selection_evidence(best, candidates, options["metric"], options["mode"])
-        card = {
-            "artifact": artifact,
-            "artifact_sha256": digest,
-            "run": spec["run"],
-            "dataset": spec["dataset"],
-            "backbone": {"name": spec["backbone"], "fingerprint": checkpoint["backbone_fingerprint"]},
-            "classes": checkpoint["classes"],
-            "head_config": checkpoint["head_config"],
-            "input_normalization": (
-                "IQ float32 [N, 2, L]; per-example unit RMS inside the backbone; "
-                "the head reads per-token hidden states rounded to BF16 and computes in FP32"
-            ),
-            "training": dict(spec["train"]),
-            "selection": evidence,
-        }
-        if "labels" in records[chosen_dir.name]:  # label-scarce: how many train labels the head read
-            card["labelled_rows"] = records[chosen_dir.name]["labels"]["labelled_rows"]
+        card = model_card(spec, published, checkpoint, evidence, records[chosen_dir.name])
         if names:  # the chosen member's settings, every member and the whole validation table
             chosen = members[names.index(best["member"])]
             card["training"] = sweep.member_train(spec["train"], chosen["settings"])
@@ -92,7 +69,7 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
                 "validation": [{key: c[key] for key in ("member", "epoch", *VALIDATION_KEYS)} for c in candidates],
             }
         atomic_write_bytes(step.out_dir / MODEL_CARD, canonical_json(card).encode(), mode=READ_ONLY)
-        selection = {**evidence, "run": spec["run"], "artifact_sha256": digest, "artifact_path": artifact}
+        selection = {**evidence, "run": spec["run"], "artifact_sha256": published["sha256"], "artifact_path": published["key"]}
         if names:
             selection["settings"] = card["sweep"]["settings"]
         atomic_write_json(step.out_dir / "selection.json", selection)
@@ -106,3 +83,25 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
             }
         )
     return step.sentinel
+
+
+def model_card(spec: dict[str, Any], published: dict[str, Any], checkpoint: dict[str, Any], evidence: dict, epoch: dict) -> dict[str, Any]:
+    """The selected head's model card (a sweep adds its member and table): what it is, what it read, how it was chosen."""
+    card = {
+        "artifact": published["key"],
+        "artifact_sha256": published["sha256"],
+        "run": spec["run"],
+        "dataset": spec["dataset"],
+        "backbone": {"name": spec["backbone"], "fingerprint": checkpoint["backbone_fingerprint"]},
+        "classes": checkpoint["classes"],
+        "head_config": checkpoint["head_config"],
+        "input_normalization": (
+            "IQ float32 [N, 2, L]; per-example unit RMS inside the backbone; "
+            "the head reads per-token hidden states rounded to BF16 and computes in FP32"
+        ),
+        "training": dict(spec["train"]),
+        "selection": evidence,
+    }
+    if "labels" in epoch:  # label-scarce: how many train labels the head read
+        card["labelled_rows"] = epoch["labels"]["labelled_rows"]
+    return card

@@ -65,10 +65,7 @@ def run(spec: dict[str, Any], out_dir: str | Path) -> Path:
             progress.close()
             keep, duplicate_summary = check_duplicates(spec, source, rows, ids, split_of)
             if not keep.all():
-                for number, split in enumerate(SPLITS):
-                    if not keep[index[split]].all():
-                        writers[number] = compact(writers[number], keep[index[split]], source.length)
-                    index[split] = index[split][keep[index[split]]]
+                drop_duplicates(writers, index, keep, source.length)
                 check_split_classes(name, classes, labels, index, where(source))
                 progress.note(f"dropped {duplicate_summary['dropped']} duplicate example(s), kept the first copy of each")
             attrs = {
@@ -95,11 +92,14 @@ def run(spec: dict[str, Any], out_dir: str | Path) -> Path:
         for split, record in zip(SPLITS, records, strict=True):
             step.output(split_file(split), record)
         counts = {split: int(len(index[split])) for split in SPLITS}
-        step.facts["dataset"] = {
-            "name": name,
-            "source": spec["source"],
-            "classes": classes,
-            "counts": counts,
-            "duplicates": duplicate_summary,
-        }
+        facts = {"name": name, "source": spec["source"], "classes": classes, "counts": counts}
+        step.facts["dataset"] = {**facts, "duplicates": duplicate_summary}
     return step.sentinel
+
+
+def drop_duplicates(writers: list[SplitWriter], index: dict[str, np.ndarray], keep: np.ndarray, length: int) -> None:
+    """Keep only the `keep` rows in each split's writer and index (the first copy of each duplicate)."""
+    for number, split in enumerate(SPLITS):
+        if not keep[index[split]].all():
+            writers[number] = compact(writers[number], keep[index[split]], length)
+        index[split] = index[split][keep[index[split]]]

@@ -124,11 +124,8 @@ def train_heads(
     steps_per_epoch = -(-len(rows) // batch_size)
     states = [resume(member, meta, epoch, steps_per_epoch, device) for member in members]
     head_params = max(sum(p.numel() for p in m["head"].parameters()) for m in states)
-    details = {
-        "memory_bytes": sweep.check_memory(
-            len(states), head_params, batch_size * train_split.row_bytes * 2, available_memory(device), f"runs.{run}.sweep"
-        )
-    }
+    batch_bytes = batch_size * train_split.row_bytes * 2
+    details = {"memory_bytes": sweep.check_memory(len(states), head_params, batch_bytes, available_memory(device), f"runs.{run}.sweep")}
 
     order = rows[np.random.default_rng([seed, epoch]).permutation(len(rows))]  # every row: the permutation itself
     batches = [order[start : start + batch_size] for start in range(0, len(rows), batch_size)]
@@ -142,34 +139,13 @@ def train_heads(
     for hidden, labels in prefetched(train_split, batches, device, phases):
         bytes_read += len(labels) * train_split.row_bytes
         with phases.phase("head"):
-            for m in states:  # one gathered batch, every head in grid order, each with its own RNG stream
-                torch.set_rng_state(m["rng"])
-                if device.type == "cuda":
-                    torch.cuda.set_rng_state(m["cuda_rng"], device)
-                logits = m["head"](hidden)
-                loss = F.cross_entropy(logits, labels, label_smoothing=m["options"]["label_smoothing"])
-                m["optimizer"].zero_grad(set_to_none=True)
-                loss.backward()
-                m["optimizer"].step()
-                m["scheduler"].step()
-                m["total_loss"] += loss.item() * len(labels)
-                m["correct"] += int((logits.argmax(dim=1) == labels).sum())
-                m["rng"] = torch.get_rng_state()
-                if device.type == "cuda":
-                    m["cuda_rng"] = torch.cuda.get_rng_state(device)
+            loss = step_heads(states, hidden, labels, device)
         tracer.step()
-        progress.update(1, loss=f"{loss.item():.4f}")
+        progress.update(1, loss=f"{loss:.4f}")
     tracer.close()
     progress.close()
     for m in states:
-        head, total_loss = m["head"], m["total_loss"]
-        if not math.isfinite(total_loss) or not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
-            where = f"runs.{run}.train" + (f" (sweep member {m['name']})" if sweep_run else "")
-            raise ConfigError(
-                f"{where}: epoch {epoch} diverged (train loss {total_loss / len(rows)}, non-finite weights); "
-                f"nothing of it is kept, so it can never be selected or qualified. Fix: lower runs.{run}.train.lr "
-                "(or raise warmup_steps, or drop that sweep value) and rerun snakemake."
-            )
+        refuse_divergence(m, run, epoch, len(rows), sweep_run)
     val_tracer = BatchTracer(trace_dir / f"epoch{epoch}_val.trace.json" if trace_dir else None, profile_batches, phases)
     validations = validate_heads([m["head"] for m in states], val_split, max(batch_size, 512), device, phases, val_tracer)
     val_tracer.close()
@@ -178,6 +154,38 @@ def train_heads(
     details["labels"] = subset_facts(members[0]["options"], rows, len(train_split))
     trained = [finish(m, validation, meta, epoch, run, len(rows)) for m, validation in zip(states, validations, strict=True)]
     return trained, details
+
+
+def step_heads(states: list[dict[str, Any]], hidden: torch.Tensor, labels: torch.Tensor, device: torch.device) -> float:
+    """One optimizer step of every head on one gathered batch, in grid order, each on its own RNG stream; the last loss."""
+    for m in states:
+        torch.set_rng_state(m["rng"])
+        if device.type == "cuda":
+            torch.cuda.set_rng_state(m["cuda_rng"], device)
+        logits = m["head"](hidden)
+        loss = F.cross_entropy(logits, labels, label_smoothing=m["options"]["label_smoothing"])
+        m["optimizer"].zero_grad(set_to_none=True)
+        loss.backward()
+        m["optimizer"].step()
+        m["scheduler"].step()
+        m["total_loss"] += loss.item() * len(labels)
+        m["correct"] += int((logits.argmax(dim=1) == labels).sum())
+        m["rng"] = torch.get_rng_state()
+        if device.type == "cuda":
+            m["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return loss.item()
+
+
+def refuse_divergence(m: dict[str, Any], run: str, epoch: int, train_count: int, sweep_run: bool) -> None:
+    """Stop on a member whose epoch diverged (non-finite loss or weights): nothing of it is kept."""
+    head, total_loss = m["head"], m["total_loss"]
+    if not math.isfinite(total_loss) or not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
+        where = f"runs.{run}.train" + (f" (sweep member {m['name']})" if sweep_run else "")
+        raise ConfigError(
+            f"{where}: epoch {epoch} diverged (train loss {total_loss / train_count}, non-finite weights); "
+            f"nothing of it is kept, so it can never be selected or qualified. Fix: lower runs.{run}.train.lr "
+            "(or raise warmup_steps, or drop that sweep value) and rerun snakemake."
+        )
 
 
 def finish(m: dict[str, Any], validation: dict[str, float], meta: dict[str, Any], epoch: int, run: str, train_count: int) -> dict[str, Any]:

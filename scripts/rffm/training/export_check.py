@@ -113,19 +113,25 @@ def check(dataset_dir: Path, module: Classifier, program: Path, onnx_file: Path,
         },
         "device": "cpu",
     }
-    pt2_found, head_found = figures["pt2"], figures["onnx"]["head"]
-    refusals = {  # within its tolerance a logit can move a label only at a near tie, so the ONNX halves check logits
-        "pt2 program": (pt2_found["labels_identical"] != len(labels), "identical labels", logit_figures(pt2_found, len(labels))),
+    refuse_disagreement(val, figures)
+    return figures
+
+
+def refuse_disagreement(val: Path, figures: dict[str, Any]) -> None:
+    """Refuse an export whose .pt2 gives other labels, or whose ONNX halves leave their tolerance (within its tolerance
+    a logit can move a label only at a near tie, so the ONNX halves are judged by their logits)."""
+    examples, pt2_found = figures["examples"], figures["pt2"]
+    backbone, head_found = figures["onnx"]["backbone"], figures["onnx"]["head"]
+    states = f"max |state difference| {backbone['max_abs_state_difference']:.3g} on states up to {backbone['max_abs_state']:.3g}"
+    head_logits = f"logits within {ONNX_LOGIT_TOLERANCE}"
+    refusals = {
+        "pt2 program": (pt2_found["labels_identical"] != examples, "identical labels", logit_figures(pt2_found, examples)),
         "ONNX program's backbone": (
-            state_used > 1.0,
+            backbone["tolerance_used"] > 1.0,
             f"hidden states within {ONNX_STATE_TOLERANCE}",
-            f"max |state difference| {state_difference:.3g} on states up to {state_max:.3g}",
+            states,
         ),
-        "ONNX program's head": (
-            head_found["tolerance_used"] > 1.0,
-            f"logits within {ONNX_LOGIT_TOLERANCE}",
-            logit_figures(head_found, len(labels)),
-        ),
+        "ONNX program's head": (head_found["tolerance_used"] > 1.0, head_logits, logit_figures(head_found, examples)),
     }
     for name, (refused, wanted, measured) in refusals.items():
         if refused:
@@ -133,7 +139,6 @@ def check(dataset_dir: Path, module: Classifier, program: Path, onnx_file: Path,
                 f"{val}: the exported {name} disagrees with rffm's evaluation ({measured}; wanted {wanted}); nothing was published. "
                 "Fix: report it with this line and the torch/onnxruntime versions."
             )
-    return figures
 
 
 def logit_figures(found: dict[str, Any], examples: int) -> str:
