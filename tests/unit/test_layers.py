@@ -10,6 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "scripts" / "rffm"
 # Floors from the ground up (workflow/docs/development.md): a module imports only its own folder or a lower floor.
 FLOORS = {
     "errors": 0,
+    "backbone_kinds": 0,
     "rffm": 0,  # the package's face (__init__: the version)
     "records": 1,
     "runtime": 2,

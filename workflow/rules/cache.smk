@@ -2,8 +2,8 @@ rule build_cache:
     input:
         unpack(cache_inputs),
     output:
-        sentinel=cache_file("{dataset}", "{backbone}", "sentinel.json"),
-        provenance=cache_file("{dataset}", "{backbone}", "provenance.json"),
+        sentinel=cache_file("{dataset}", "{backbone}", layout.SENTINEL_NAME),
+        provenance=cache_file("{dataset}", "{backbone}", layout.PROVENANCE_NAME),
     log:
         log_path("build_cache", "{dataset}__{backbone}"),
     group:

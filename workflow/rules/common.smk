@@ -264,7 +264,7 @@ def dataset_source_files(wildcards):
 def backbone_inputs(wildcards):
     dataset = config["backbones"][wildcards.backbone]["dataset"]
     return {
-        "dataset": dataset_file(dataset, "sentinel.json"),
+        "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
         "train": ancient(dataset_file(dataset, split_file("train"))),
     }
 
@@ -276,19 +276,19 @@ def imported_checkpoint(wildcards):
 def cache_sources(dataset, backbone):
     """What a cache is built from, as files (an epoch on a fresh node builds it too)."""
     return ancient(
-        [dataset_file(dataset, "sentinel.json")]
+        [dataset_file(dataset, layout.SENTINEL_NAME)]
         + [dataset_file(dataset, split_file(s)) for s in CACHED_SPLITS]
         + [
-            backbone_file(backbone, "sentinel.json"),
-            backbone_file(backbone, "backbone.pt"),
+            backbone_file(backbone, layout.SENTINEL_NAME),
+            backbone_file(backbone, layout.BACKBONE_NAME),
         ]
     )
 
 
 def cache_inputs(wildcards):
     return {
-        "dataset": dataset_file(wildcards.dataset, "sentinel.json"),
-        "backbone": backbone_file(wildcards.backbone, "sentinel.json"),
+        "dataset": dataset_file(wildcards.dataset, layout.SENTINEL_NAME),
+        "backbone": backbone_file(wildcards.backbone, layout.SENTINEL_NAME),
         "sources": cache_sources(wildcards.dataset, wildcards.backbone),
     }
 
@@ -297,7 +297,7 @@ def cache_inputs(wildcards):
 # on the job's machine too (a storage provider only fetches declared inputs), as ancient inputs.
 def cache_record(run):
     cfg = run_config(run)
-    return cache_file(cfg["dataset"], cfg["backbone"], "sentinel.json")
+    return cache_file(cfg["dataset"], cfg["backbone"], layout.SENTINEL_NAME)
 
 
 def epoch_inputs(wildcards):
@@ -309,12 +309,14 @@ def epoch_inputs(wildcards):
     }
     epoch = int(wildcards.epoch)
     if epoch > 1:
-        inputs["previous"] = epoch_file(wildcards.run, epoch - 1, "sentinel.json")
+        inputs["previous"] = epoch_file(wildcards.run, epoch - 1, layout.SENTINEL_NAME)
         before = (
-            [epoch_file(wildcards.run, epoch - 2, "sentinel.json")] if epoch > 2 else []
+            [epoch_file(wildcards.run, epoch - 2, layout.SENTINEL_NAME)]
+            if epoch > 2
+            else []
         )
         inputs["previous_checkpoint"] = ancient(
-            [epoch_file(wildcards.run, epoch - 1, "checkpoint.pt"), *before]
+            [epoch_file(wildcards.run, epoch - 1, layout.CHECKPOINT_NAME), *before]
         )
     return inputs
 
@@ -329,14 +331,14 @@ def selection_inputs(wildcards):
     FROZEN.refuse(wildcards.run)
     return {
         "epochs": [
-            epoch_file(wildcards.run, e, "sentinel.json")
+            epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
             for e in run_epochs(wildcards.run)
         ],
         "files": ancient(
             [
                 epoch_file(wildcards.run, e, name)
                 for e in run_epochs(wildcards.run)
-                for name in ("metrics.json", "checkpoint.pt")
+                for name in (layout.METRICS_NAME, layout.CHECKPOINT_NAME)
             ]
             + [cache_record(wildcards.run)]
         ),
@@ -353,24 +355,24 @@ def qualify_inputs(wildcards):
     cfg = run_config(wildcards.run)
     dataset, backbone = cfg["dataset"], cfg["backbone"]
     provenance = [
-        dataset_file(dataset, "provenance.json"),
-        backbone_file(backbone, "provenance.json"),
-        cache_file(dataset, backbone, "provenance.json"),
-        selection_file(wildcards.run, "provenance.json"),
+        dataset_file(dataset, layout.PROVENANCE_NAME),
+        backbone_file(backbone, layout.PROVENANCE_NAME),
+        cache_file(dataset, backbone, layout.PROVENANCE_NAME),
+        selection_file(wildcards.run, layout.PROVENANCE_NAME),
         *(
             epoch_file(wildcards.run, e, name)
             for e in run_epochs(wildcards.run)
-            for name in ("provenance.json", "sentinel.json")
+            for name in (layout.PROVENANCE_NAME, layout.SENTINEL_NAME)
         ),
     ]
     return {
-        "selection": selection_file(wildcards.run, "sentinel.json"),
-        "selection_json": ancient(selection_file(wildcards.run, "selection.json")),
-        "backbone": backbone_file(backbone, "sentinel.json"),
-        "weights": ancient(backbone_file(backbone, "backbone.pt")),
-        "dataset": dataset_file(dataset, "sentinel.json"),
+        "selection": selection_file(wildcards.run, layout.SENTINEL_NAME),
+        "selection_json": ancient(selection_file(wildcards.run, layout.SELECTION_NAME)),
+        "backbone": backbone_file(backbone, layout.SENTINEL_NAME),
+        "weights": ancient(backbone_file(backbone, layout.BACKBONE_NAME)),
+        "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
         "test": ancient(dataset_file(dataset, split_file("test"))),
-        "cache": ancient(cache_file(dataset, backbone, "sentinel.json")),
+        "cache": ancient(cache_file(dataset, backbone, layout.SENTINEL_NAME)),
         "records": ancient(provenance),
     }
 
@@ -382,7 +384,9 @@ def qualify_dirs(wildcards, input):
         "cache": os.path.dirname(input.cache),
         "selection": os.path.dirname(input.selection),
         "epochs": " ".join(
-            os.path.dirname(f) for f in input.records if f.endswith("sentinel.json")
+            os.path.dirname(f)
+            for f in input.records
+            if f.endswith(layout.SENTINEL_NAME)
         ),
     }
 
@@ -391,11 +395,11 @@ def qualify_dirs(wildcards, input):
 
 
 def all_selections():
-    return [selection_file(run, "sentinel.json") for run in config["runs"]]
+    return [selection_file(run, layout.SENTINEL_NAME) for run in config["runs"]]
 
 
 def all_manifests():
-    return [qualification_file(run, "run_manifest.json") for run in config["runs"]]
+    return [qualification_file(run, layout.MANIFEST_NAME) for run in config["runs"]]
 
 
 # ---- report figures (rules/report.smk) ----
@@ -403,7 +407,7 @@ def all_manifests():
 
 def profiling_summary(wildcards):
     """The cache lifecycle summary of a profiled run (runs.<run>.profiling)."""
-    return profiling_file(wildcards.run, "cache_lifecycle_summary.json")
+    return profiling_file(wildcards.run, layout.CACHE_LIFECYCLE_SUMMARY)
 
 
 def profiled_epochs(run):
@@ -416,13 +420,13 @@ def profiling_inputs(wildcards):
     epochs = profiled_epochs(wildcards.run)
     return {
         "cache": cache_record(wildcards.run),
-        "epochs": [epoch_file(wildcards.run, e, "sentinel.json") for e in epochs],
+        "epochs": [epoch_file(wildcards.run, e, layout.SENTINEL_NAME) for e in epochs],
         "timings": ancient(
-            [cache_file(cfg["dataset"], cfg["backbone"], "provenance.json")]
-            + [epoch_file(wildcards.run, e, "provenance.json") for e in epochs]
+            [cache_file(cfg["dataset"], cfg["backbone"], layout.PROVENANCE_NAME)]
+            + [epoch_file(wildcards.run, e, layout.PROVENANCE_NAME) for e in epochs]
             + [
-                dataset_file(cfg["dataset"], "sentinel.json"),
-                backbone_file(cfg["backbone"], "sentinel.json"),
+                dataset_file(cfg["dataset"], layout.SENTINEL_NAME),
+                backbone_file(cfg["backbone"], layout.SENTINEL_NAME),
             ]
         ),
     }
@@ -431,14 +435,14 @@ def profiling_inputs(wildcards):
 def manifest_inputs(wildcards):
     cfg = run_config(wildcards.run)
     return {
-        "qualification": qualification_file(wildcards.run, "sentinel.json"),
-        "manifest": ancient(qualification_file(wildcards.run, "run_manifest.json")),
+        "qualification": qualification_file(wildcards.run, layout.SENTINEL_NAME),
+        "manifest": ancient(qualification_file(wildcards.run, layout.MANIFEST_NAME)),
         "linked": ancient(
             [
-                qualification_file(wildcards.run, "provenance.json"),
-                selection_file(wildcards.run, "sentinel.json"),
-                dataset_file(cfg["dataset"], "sentinel.json"),
-                backbone_file(cfg["backbone"], "sentinel.json"),
+                qualification_file(wildcards.run, layout.PROVENANCE_NAME),
+                selection_file(wildcards.run, layout.SENTINEL_NAME),
+                dataset_file(cfg["dataset"], layout.SENTINEL_NAME),
+                backbone_file(cfg["backbone"], layout.SENTINEL_NAME),
             ]
         ),
     }
@@ -447,16 +451,16 @@ def manifest_inputs(wildcards):
 def validation_reports(run):
     return [
         report_file(run, "validation", name)
-        for name in ("training_curves.png", "selection_evidence.png")
+        for name in (layout.TRAINING_CURVES, layout.SELECTION_EVIDENCE)
     ]
 
 
 def final_reports(run):
     """Every report figure of a run; the lifecycle chart only when profiling is configured."""
     files = validation_reports(run)
-    files.append(report_file(run, "qualification", "manifest_summary.html"))
+    files.append(report_file(run, "qualification", layout.MANIFEST_SUMMARY))
     if run_config(run).get("profiling"):
-        files.append(report_file(run, "profiling", "cache_lifecycle.png"))
+        files.append(report_file(run, "profiling", layout.CACHE_LIFECYCLE))
     return files
 
 
@@ -493,7 +497,7 @@ def reference_train_inputs(wildcards):
     FROZEN.refuse(wildcards.reference)
     dataset = config["references"][wildcards.reference]["dataset"]
     return {
-        "dataset": dataset_file(dataset, "sentinel.json"),
+        "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
         "splits": ancient(
             [dataset_file(dataset, split_file(s)) for s in ("train", "val")]
         ),
@@ -504,24 +508,28 @@ def reference_qualify_inputs(wildcards):
     FROZEN.refuse(wildcards.reference)
     dataset = config["references"][wildcards.reference]["dataset"]
     return {
-        "selection": selection_file(wildcards.reference, "sentinel.json"),
+        "selection": selection_file(wildcards.reference, layout.SENTINEL_NAME),
         "selection_files": ancient(
             [
                 selection_file(wildcards.reference, n)
-                for n in ("selection.json", "history.json", "provenance.json")
+                for n in (
+                    layout.SELECTION_NAME,
+                    layout.HISTORY_NAME,
+                    layout.PROVENANCE_NAME,
+                )
             ]
         ),
-        "dataset": dataset_file(dataset, "sentinel.json"),
+        "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
         "test": ancient(dataset_file(dataset, split_file("test"))),
-        "records": ancient(dataset_file(dataset, "provenance.json")),
+        "records": ancient(dataset_file(dataset, layout.PROVENANCE_NAME)),
     }
 
 
 def all_reference_manifests():
-    return [qualification_file(r, "run_manifest.json") for r in config["references"]]
+    return [qualification_file(r, layout.MANIFEST_NAME) for r in config["references"]]
 
 
-COMPARISON = comparison_file("comparison.png")
+COMPARISON = comparison_file(layout.COMPARISON_FIGURE)
 
 
 def comparison_reports():
@@ -533,18 +541,18 @@ def comparison_inputs(wildcards):
     """Every qualified result, and the records its wall time is summed from."""
     names = [*config["runs"], *config["references"]]
     timings = [
-        file(n, "provenance.json")
+        file(n, layout.PROVENANCE_NAME)
         for n in names
         for file in (selection_file, qualification_file)
     ]
     for run, cfg in config["runs"].items():
-        timings += [backbone_file(cfg["backbone"], "provenance.json")]
-        timings += [cache_file(cfg["dataset"], cfg["backbone"], "provenance.json")]
-        timings += [epoch_file(run, e, "provenance.json") for e in run_epochs(run)]
+        timings += [backbone_file(cfg["backbone"], layout.PROVENANCE_NAME)]
+        timings += [cache_file(cfg["dataset"], cfg["backbone"], layout.PROVENANCE_NAME)]
+        timings += [epoch_file(run, e, layout.PROVENANCE_NAME) for e in run_epochs(run)]
     return {
-        "qualifications": [qualification_file(n, "sentinel.json") for n in names],
+        "qualifications": [qualification_file(n, layout.SENTINEL_NAME) for n in names],
         "manifests": ancient(
-            [qualification_file(n, "run_manifest.json") for n in names]
+            [qualification_file(n, layout.MANIFEST_NAME) for n in names]
         ),
         "timings": ancient(timings),
     }
@@ -565,24 +573,24 @@ def export_inputs(wildcards):
     cfg = run_config(wildcards.run)
     dataset, backbone = cfg["dataset"], cfg["backbone"]
     return {
-        "qualification": qualification_file(wildcards.run, "sentinel.json"),
-        "selection": selection_file(wildcards.run, "sentinel.json"),
-        "backbone": backbone_file(backbone, "sentinel.json"),
-        "dataset": dataset_file(dataset, "sentinel.json"),
-        "cache": ancient(cache_file(dataset, backbone, "sentinel.json")),
+        "qualification": qualification_file(wildcards.run, layout.SENTINEL_NAME),
+        "selection": selection_file(wildcards.run, layout.SENTINEL_NAME),
+        "backbone": backbone_file(backbone, layout.SENTINEL_NAME),
+        "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
+        "cache": ancient(cache_file(dataset, backbone, layout.SENTINEL_NAME)),
         # the sentinels the selection consumed: a Batch VM has only the declared inputs
         "epochs": ancient(
             [
-                epoch_file(wildcards.run, e, "sentinel.json")
+                epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
                 for e in run_epochs(wildcards.run)
             ]
         ),
         "files": ancient(
             [
-                qualification_file(wildcards.run, "run_manifest.json"),
-                selection_file(wildcards.run, "selection.json"),
-                selection_file(wildcards.run, "model_card.json"),
-                backbone_file(backbone, "backbone.pt"),
+                qualification_file(wildcards.run, layout.MANIFEST_NAME),
+                selection_file(wildcards.run, layout.SELECTION_NAME),
+                selection_file(wildcards.run, layout.MODEL_CARD),
+                backbone_file(backbone, layout.BACKBONE_NAME),
                 dataset_file(dataset, split_file("val")),
             ]
         ),
@@ -599,7 +607,7 @@ def export_dirs(wildcards, input):
 def all_exports():
     """The exports of the runs that ask for one (runs.<run>.export)."""
     return [
-        export_file(run, "sentinel.json")
+        export_file(run, layout.SENTINEL_NAME)
         for run, spec in config["runs"].items()
         if spec["export"]
     ]

@@ -11,8 +11,8 @@ rule export:
         onnx=export_file("{run}", layout.EXPORT_ONNX),
         weights=export_file("{run}", layout.EXPORT_WEIGHTS),
         model_card=export_file("{run}", layout.MODEL_CARD),
-        provenance=export_file("{run}", "provenance.json"),
-        sentinel=export_file("{run}", "sentinel.json"),
+        provenance=export_file("{run}", layout.PROVENANCE_NAME),
+        sentinel=export_file("{run}", layout.SENTINEL_NAME),
     log:
         log_path("export", "{run}"),
     threads: THREADS

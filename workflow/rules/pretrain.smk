@@ -2,10 +2,10 @@ rule pretrain_backbone:
     input:
         unpack(backbone_inputs),
     output:
-        weights=backbone_file("{backbone}", "backbone.pt"),
-        log_json=backbone_file("{backbone}", "pretrain_log.json"),
-        provenance=backbone_file("{backbone}", "provenance.json"),
-        sentinel=backbone_file("{backbone}", "sentinel.json"),
+        weights=backbone_file("{backbone}", layout.BACKBONE_NAME),
+        log_json=backbone_file("{backbone}", layout.PRETRAIN_LOG),
+        provenance=backbone_file("{backbone}", layout.PROVENANCE_NAME),
+        sentinel=backbone_file("{backbone}", layout.SENTINEL_NAME),
     log:
         log_path("pretrain_backbone", "{backbone}"),
     wildcard_constraints:
@@ -28,10 +28,10 @@ rule import_backbone:
     input:
         checkpoint=imported_checkpoint,
     output:
-        weights=backbone_file("{backbone}", "backbone.pt"),
-        log_json=backbone_file("{backbone}", "pretrain_log.json"),
-        provenance=backbone_file("{backbone}", "provenance.json"),
-        sentinel=backbone_file("{backbone}", "sentinel.json"),
+        weights=backbone_file("{backbone}", layout.BACKBONE_NAME),
+        log_json=backbone_file("{backbone}", layout.PRETRAIN_LOG),
+        provenance=backbone_file("{backbone}", layout.PROVENANCE_NAME),
+        sentinel=backbone_file("{backbone}", layout.SENTINEL_NAME),
     log:
         log_path("import_backbone", "{backbone}"),
     wildcard_constraints:

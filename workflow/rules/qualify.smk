@@ -3,29 +3,29 @@ rule qualify:
         unpack(qualify_inputs),
     output:
         metrics=report(
-            qualification_file("{run}", "metrics.json"),
+            qualification_file("{run}", layout.METRICS_NAME),
             caption="../report/metrics.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "test metrics (JSON)"},
         ),
         accuracy_vs_snr=report(
-            qualification_file("{run}", "accuracy_vs_snr.png"),
+            qualification_file("{run}", layout.ACCURACY_FIGURE),
             caption="../report/accuracy_vs_snr.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "accuracy vs SNR"},
         ),
         confusion=report(
-            qualification_file("{run}", "confusion_matrix.png"),
+            qualification_file("{run}", layout.CONFUSION_FIGURE),
             caption="../report/confusion_matrix.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "normalized confusion matrix"},
         ),
-        manifest=qualification_file("{run}", "run_manifest.json"),
-        provenance=qualification_file("{run}", "provenance.json"),
-        sentinel=qualification_file("{run}", "sentinel.json"),
+        manifest=qualification_file("{run}", layout.MANIFEST_NAME),
+        provenance=qualification_file("{run}", layout.PROVENANCE_NAME),
+        sentinel=qualification_file("{run}", layout.SENTINEL_NAME),
     log:
         log_path("qualify", "{run}"),
     threads: THREADS

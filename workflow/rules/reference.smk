@@ -7,10 +7,10 @@ rule train_reference:
     input:
         unpack(reference_train_inputs),
     output:
-        selection=selection_file("{reference}", "selection.json"),
-        history=selection_file("{reference}", "history.json"),
-        provenance=selection_file("{reference}", "provenance.json"),
-        sentinel=selection_file("{reference}", "sentinel.json"),
+        selection=selection_file("{reference}", layout.SELECTION_NAME),
+        history=selection_file("{reference}", layout.HISTORY_NAME),
+        provenance=selection_file("{reference}", layout.PROVENANCE_NAME),
+        sentinel=selection_file("{reference}", layout.SENTINEL_NAME),
     log:
         log_path("train_reference", "{reference}"),
     threads: THREADS
@@ -32,29 +32,29 @@ rule qualify_reference:
         unpack(reference_qualify_inputs),
     output:
         metrics=report(
-            qualification_file("{reference}", "metrics.json"),
+            qualification_file("{reference}", layout.METRICS_NAME),
             caption="../report/metrics.rst",
             category="{reference}",
             subcategory="2. qualification (test split)",
             labels={"figure": "test metrics (JSON)"},
         ),
         accuracy_vs_snr=report(
-            qualification_file("{reference}", "accuracy_vs_snr.png"),
+            qualification_file("{reference}", layout.ACCURACY_FIGURE),
             caption="../report/accuracy_vs_snr.rst",
             category="{reference}",
             subcategory="2. qualification (test split)",
             labels={"figure": "accuracy vs SNR"},
         ),
         confusion=report(
-            qualification_file("{reference}", "confusion_matrix.png"),
+            qualification_file("{reference}", layout.CONFUSION_FIGURE),
             caption="../report/confusion_matrix.rst",
             category="{reference}",
             subcategory="2. qualification (test split)",
             labels={"figure": "normalized confusion matrix"},
         ),
-        manifest=qualification_file("{reference}", "run_manifest.json"),
-        provenance=qualification_file("{reference}", "provenance.json"),
-        sentinel=qualification_file("{reference}", "sentinel.json"),
+        manifest=qualification_file("{reference}", layout.MANIFEST_NAME),
+        provenance=qualification_file("{reference}", layout.PROVENANCE_NAME),
+        sentinel=qualification_file("{reference}", layout.SENTINEL_NAME),
     log:
         log_path("qualify_reference", "{reference}"),
     threads: THREADS

@@ -14,28 +14,28 @@ localrules:
 rule plot_training:
     input:
         epochs=lambda wildcards: [
-            epoch_file(wildcards.run, e, "sentinel.json")
+            epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
             for e in run_epochs(wildcards.run)
         ],
-        selection=selection_file("{run}", "sentinel.json"),
+        selection=selection_file("{run}", layout.SENTINEL_NAME),
         linked=ancient(lambda wildcards: cache_record(wildcards.run)),
     output:
         curves=report(
-            report_file("{run}", "validation", "training_curves.png"),
+            report_file("{run}", "validation", layout.TRAINING_CURVES),
             caption="../report/training_curves.rst",
             category="{run}",
             subcategory="1. validation",
             labels={"figure": "training curves"},
         ),
         evidence=report(
-            report_file("{run}", "validation", "selection_evidence.png"),
+            report_file("{run}", "validation", layout.SELECTION_EVIDENCE),
             caption="../report/selection_evidence.rst",
             category="{run}",
             subcategory="1. validation",
             labels={"figure": "selection evidence"},
         ),
-        provenance=report_file("{run}", "validation", "provenance.json"),
-        sentinel=report_file("{run}", "validation", "sentinel.json"),
+        provenance=report_file("{run}", "validation", layout.PROVENANCE_NAME),
+        sentinel=report_file("{run}", "validation", layout.SENTINEL_NAME),
     log:
         log_path("plot_training", "{run}"),
     params:
@@ -55,14 +55,14 @@ rule summarize_manifest:
         unpack(manifest_inputs),
     output:
         table=report(
-            report_file("{run}", "qualification", "manifest_summary.html"),
+            report_file("{run}", "qualification", layout.MANIFEST_SUMMARY),
             caption="../report/manifest_summary.rst",
             category="{run}",
             subcategory="2. qualification (test split)",
             labels={"figure": "run manifest"},
         ),
-        provenance=report_file("{run}", "qualification", "provenance.json"),
-        sentinel=report_file("{run}", "qualification", "sentinel.json"),
+        provenance=report_file("{run}", "qualification", layout.PROVENANCE_NAME),
+        sentinel=report_file("{run}", "qualification", layout.SENTINEL_NAME),
     log:
         log_path("summarize_manifest", "{run}"),
     params:
@@ -78,9 +78,9 @@ rule summarize_profiling:
     input:
         unpack(profiling_inputs),
     output:
-        summary=profiling_file("{run}", "cache_lifecycle_summary.json"),
-        provenance=profiling_file("{run}", "provenance.json"),
-        sentinel=profiling_file("{run}", "sentinel.json"),
+        summary=profiling_file("{run}", layout.CACHE_LIFECYCLE_SUMMARY),
+        provenance=profiling_file("{run}", layout.PROVENANCE_NAME),
+        sentinel=profiling_file("{run}", layout.SENTINEL_NAME),
     log:
         log_path("summarize_profiling", "{run}"),
     resources:
@@ -97,25 +97,25 @@ rule summarize_profiling:
 
 rule plot_cache_lifecycle:
     input:
-        profiling=lambda wildcards: profiling_file(wildcards.run, "sentinel.json"),
+        profiling=lambda wildcards: profiling_file(wildcards.run, layout.SENTINEL_NAME),
         summary=ancient(profiling_summary),
         linked=ancient(
             lambda wildcards: [cache_record(wildcards.run)]
             + [
-                epoch_file(wildcards.run, e, "sentinel.json")
+                epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
                 for e in profiled_epochs(wildcards.run)
             ]
         ),
     output:
         figure=report(
-            report_file("{run}", "profiling", "cache_lifecycle.png"),
+            report_file("{run}", "profiling", layout.CACHE_LIFECYCLE),
             caption="../report/cache_lifecycle.rst",
             category="{run}",
             subcategory="3. performance",
             labels={"figure": "cache lifecycle timings"},
         ),
-        provenance=report_file("{run}", "profiling", "provenance.json"),
-        sentinel=report_file("{run}", "profiling", "sentinel.json"),
+        provenance=report_file("{run}", "profiling", layout.PROVENANCE_NAME),
+        sentinel=report_file("{run}", "profiling", layout.SENTINEL_NAME),
     log:
         log_path("plot_cache_lifecycle", "{run}"),
     params:
@@ -136,9 +136,9 @@ rule plot_comparison:
             category="comparison",
             labels={"figure": "floor | frozen backbone | end-to-end"},
         ),
-        table=comparison_file("comparison.json"),
-        provenance=comparison_file("provenance.json"),
-        sentinel=comparison_file("sentinel.json"),
+        table=comparison_file(layout.COMPARISON_TABLE),
+        provenance=comparison_file(layout.PROVENANCE_NAME),
+        sentinel=comparison_file(layout.SENTINEL_NAME),
     log:
         log_path("plot_comparison"),
     params:

@@ -2,10 +2,10 @@ rule select_checkpoint:
     input:
         unpack(selection_inputs),
     output:
-        selection=selection_file("{run}", "selection.json"),
-        model_card=selection_file("{run}", "model_card.json"),
-        provenance=selection_file("{run}", "provenance.json"),
-        sentinel=selection_file("{run}", "sentinel.json"),
+        selection=selection_file("{run}", layout.SELECTION_NAME),
+        model_card=selection_file("{run}", layout.MODEL_CARD),
+        provenance=selection_file("{run}", layout.PROVENANCE_NAME),
+        sentinel=selection_file("{run}", layout.SENTINEL_NAME),
     log:
         log_path("select_checkpoint", "{run}"),
     resources:

@@ -6,8 +6,8 @@ rule stage_dataset:
         source=dataset_source_files,
     output:
         splits=expand(dataset_file("{{dataset}}", "{split}.h5"), split=SPLITS),
-        provenance=dataset_file("{dataset}", "provenance.json"),
-        sentinel=dataset_file("{dataset}", "sentinel.json"),
+        provenance=dataset_file("{dataset}", layout.PROVENANCE_NAME),
+        sentinel=dataset_file("{dataset}", layout.SENTINEL_NAME),
     log:
         log_path("stage_dataset", "{dataset}"),
     params:

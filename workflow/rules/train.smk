@@ -2,10 +2,10 @@ rule train_epoch:
     input:
         unpack(epoch_inputs),
     output:
-        checkpoint=epoch_file("{run}", "{epoch}", "checkpoint.pt"),
-        metrics=epoch_file("{run}", "{epoch}", "metrics.json"),
-        provenance=epoch_file("{run}", "{epoch}", "provenance.json"),
-        sentinel=epoch_file("{run}", "{epoch}", "sentinel.json"),
+        checkpoint=epoch_file("{run}", "{epoch}", layout.CHECKPOINT_NAME),
+        metrics=epoch_file("{run}", "{epoch}", layout.METRICS_NAME),
+        provenance=epoch_file("{run}", "{epoch}", layout.PROVENANCE_NAME),
+        sentinel=epoch_file("{run}", "{epoch}", layout.SENTINEL_NAME),
     log:
         log_path("train_epoch", "{run}/{epoch}"),
     group:

@@ -25,6 +25,7 @@ from typing import Any
 import h5py
 import torch
 
+from rffm.backbone_kinds import USER_CODE
 from rffm.bench.cache_measures import (
     ARCH,
     EPOCH_THREADS,
@@ -195,7 +196,7 @@ def user_backbone(path: str) -> dict[str, Any]:
     from rffm import config as rffm_config
 
     backbones = rffm_config.read(path).get("backbones", {})
-    chosen = [spec for spec in backbones.values() if spec.get("source") in ("python", "export")] or list(backbones.values())
+    chosen = [spec for spec in backbones.values() if spec.get("source") in USER_CODE] or list(backbones.values())
     if not chosen:
         raise SystemExit(f"{path}: no backbones. Fix: pass a config with a backbones: entry (e.g. config/examples/wavesfm_like.yaml)")
     return entry_defaults("backbones", {"name": "bench", **chosen[0]})

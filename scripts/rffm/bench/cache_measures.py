@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rffm.backbone_kinds import RANDOM
 from rffm.config import entry_defaults
 from rffm.data import cache_plan, cache_reader
 from rffm.data.cache_format import built_recipe, release_pages, split_count
@@ -24,7 +25,7 @@ from rffm.data.cache_reader import prefetched
 from rffm.model import encoder as encoders
 from rffm.model.taps import keep_options
 from rffm.records.files import read_json
-from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME
+from rffm.records.layout import BACKBONE_NAME, CACHED_SPLITS, SENTINEL_NAME
 from rffm.runtime import batching
 from rffm.runtime.profiling import PhaseTimes
 from rffm.steps import build_cache as build_cache_step
@@ -34,7 +35,7 @@ from rffm.training import epoch as train
 CLASSES = 11
 SNRS = 20
 TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}
-ARCH = entry_defaults("backbones", {"source": "random"})["arch"]  # the schema's default backbone (the default run's)
+ARCH = entry_defaults("backbones", {"source": RANDOM})["arch"]  # the schema's default backbone (the default run's)
 EPOCH_THREADS = 1  # as the train_epoch rule: the head is too small for intra-op threads; the prefetcher takes the other core
 
 
@@ -47,7 +48,7 @@ def prepare(work: Path, samples: int, arch: dict[str, int] = ARCH, user: dict[st
         kept = {key: value for key, value in user.items() if key not in ("adapter", "taps", "keep")}
         import_backbone.run(entry_defaults("backbones", {**kept, "name": "bench"}), work / "bb")
         return work / "ds", work / "bb"
-    backbone_spec = {"name": "bench", "source": "random", "dataset": "bench", "arch": arch, "pretrain": {"seed": 0}}
+    backbone_spec = {"name": "bench", "source": RANDOM, "dataset": "bench", "arch": arch, "pretrain": {"seed": 0}}
     pretrain_backbone.run(entry_defaults("backbones", backbone_spec), work / "ds", work / "bb")
     return work / "ds", work / "bb"
 
@@ -55,7 +56,7 @@ def prepare(work: Path, samples: int, arch: dict[str, int] = ARCH, user: dict[st
 def load_encoder(backbone_dir: Path, spec: dict[str, Any], device: torch.device) -> encoders.Encoder:
     """The bench backbone behind its adapter and taps, as build_cache and qualify run it."""
     record = read_json(backbone_dir / SENTINEL_NAME)["backbone"]
-    return encoders.load(record, backbone_dir / "backbone.pt", spec, "backbones.bench", device)
+    return encoders.load(record, backbone_dir / BACKBONE_NAME, spec, "backbones.bench", device)
 
 
 def encode(model: encoders.Encoder, iq: torch.Tensor) -> torch.Tensor:

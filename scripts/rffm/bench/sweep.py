@@ -30,7 +30,7 @@ from typing import Any
 from rffm.bench.cache_measures import ARCH, prepare
 from rffm.config import entry_defaults
 from rffm.records.files import read_json
-from rffm.records.layout import PROVENANCE_NAME, cache_folder, epoch_folder, epochs_folder
+from rffm.records.layout import CHECKPOINT_NAME, METRICS_NAME, PROVENANCE_NAME, cache_folder, epoch_folder, epochs_folder
 from rffm.steps import build_cache as build_cache_step
 from rffm.training import sweep
 
@@ -78,12 +78,12 @@ def main(samples: int, epochs: int, work_dir: str | None, threads: int, device: 
                 wall["separate"] += epoch_job(one, record, epoch, tree, scratch, work / f"memo-{i}", threads, device)
             print(f"epoch {epoch}: sweep {wall['sweep']:.1f} s, separate {wall['separate']:.1f} s (cumulative)", flush=True)
         read = {"sweep": bytes_read(swept, epochs), "separate": sum(bytes_read(tree / epochs_folder("sweep"), epochs) for _, tree in alone)}
-        last = swept / str(epochs) / "checkpoint.pt"
+        last = swept / str(epochs) / CHECKPOINT_NAME
         identical = all(
-            sweep.read_member(last, m["name"], "checkpoint.pt") == (tree / epoch_folder("sweep", epochs) / "checkpoint.pt").read_bytes()
+            sweep.read_member(last, m["name"], CHECKPOINT_NAME) == (tree / epoch_folder("sweep", epochs) / CHECKPOINT_NAME).read_bytes()
             for m, (_, tree) in zip(members, alone, strict=True)
         )
-        table = json.loads((swept / str(epochs) / "metrics.json").read_text())["members"]
+        table = json.loads((swept / str(epochs) / METRICS_NAME).read_text())["members"]
         best = max(table, key=lambda name: table[name]["val_accuracy"])
         result = {
             "bench": "sweep",

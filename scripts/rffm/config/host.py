@@ -9,8 +9,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rffm.backbone_kinds import IMPORTED
 from rffm.model.pins import pin_problem
 from rffm.records.files import sha256_file
+from rffm.records.layout import BACKBONE_NAME
 
 
 def _from_cwd(path: str) -> str:
@@ -70,7 +72,7 @@ def directory_problems(config: dict[str, Any], keys: Iterable[str]) -> list[str]
     return problems
 
 
-IMPORTED_FILE = {"checkpoint": "backbone.pt", "python": "weights file", "export": ".pt2 program"}
+IMPORTED_FILE = {"checkpoint": BACKBONE_NAME, "python": "weights file", "export": ".pt2 program"}
 
 
 def pinned_file_digest(path: str | Path) -> str:
@@ -91,7 +93,7 @@ def imported_file_problems(config: dict[str, Any]) -> list[str]:
     problems = []
     for name, spec in config["backbones"].items():
         path = spec.get("path")
-        if spec["source"] not in ("checkpoint", "python", "export") or not path:
+        if spec["source"] not in IMPORTED or not path:
             continue
         if not Path(path).is_file():
             problems.append(

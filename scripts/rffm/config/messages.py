@@ -39,6 +39,17 @@ def allowed(node: dict[str, Any]) -> str:
     return f"{words} {' and '.join(bounds)}" if bounds else words
 
 
+def alternatives(branches: list[dict[str, Any]]) -> str:
+    """What the branches of a oneOf accept, in words ('an integer >= 2, or a list of distinct items, each an integer >= 2')."""
+    words = []
+    for branch in branches:
+        if branch.get("type") == "array" and isinstance(branch.get("items"), dict):
+            words.append(f"a list of {'distinct ' if branch.get('uniqueItems') else ''}items, each {allowed(branch['items'])}")
+        else:
+            words.append(allowed(branch))
+    return ", or ".join(words)
+
+
 def _type_problem(error: Any, where: str, node: dict[str, Any]) -> str:
     value = error.instance
     if value is None:
@@ -86,6 +97,8 @@ def _describe(error: Any, schema: dict[str, Any]) -> str:
         return f"{where}: {len(error.instance)} item(s). Fix: list at least {error.validator_value}"
     if kind == "uniqueItems":
         return f"{where}: an item is listed twice. Fix: list each once"
+    if kind == "oneOf":
+        return f"{where}: {error.instance!r} is not allowed. Fix: write {alternatives(node['oneOf'])}"
     return f"{where}: {error.message}. Fix: see config/REFERENCE.md"
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rffm.backbone_kinds import BUILT_HERE, IMPORTED
 from rffm.config.schema import DIRECTORY_KEYS, ROOT_WRITES
 from rffm.model.taps import declared_names
 
@@ -41,7 +42,7 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
     """Runs and backbones must name datasets and backbones that exist."""
     problems = []
     for name, spec in config.get("backbones", {}).items():
-        if spec.get("source") in ("pretrain", "random"):
+        if spec.get("source") in BUILT_HERE:
             if "dataset" not in spec:
                 problems.append(
                     f"backbones.{name}.dataset: required for source {spec['source']!r} (the staged dataset it is built on). "
@@ -49,7 +50,7 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
                 )
             elif spec["dataset"] not in config.get("datasets", {}):
                 problems.append(f"backbones.{name}.dataset: {spec['dataset']!r} is not defined under datasets")
-        elif spec.get("source") in ("checkpoint", "python", "export") and not {"path", "sha256"} <= spec.keys():
+        elif spec.get("source") in IMPORTED and not {"path", "sha256"} <= spec.keys():
             problems.append(f"backbones.{name}: source {spec['source']!r} needs both `path` and `sha256`. Fix: add the missing one")
     for name, run in config.get("runs", {}).items():
         for key, table in (("dataset", "datasets"), ("backbone", "backbones")):
@@ -124,7 +125,7 @@ def backbone_problems(config: dict[str, Any]) -> list[str]:
     """A built backbone's heads divide its width, and its patch divides every signal it reads."""
     problems = []
     for name, spec in config["backbones"].items():
-        arch = spec.get("arch") if spec["source"] in ("pretrain", "random") else None
+        arch = spec.get("arch") if spec["source"] in BUILT_HERE else None
         if arch is None:
             continue
         where = f"backbones.{name}.arch"

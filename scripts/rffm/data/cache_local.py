@@ -25,7 +25,7 @@ from rffm.data.cache_plan import cache_meta, human_bytes, meta_bytes, row_cache_
 from rffm.data.cache_writer import build
 from rffm.errors import ConfigError, IntegrityError
 from rffm.records.files import sha256_file
-from rffm.records.layout import CACHED_SPLITS, split_file
+from rffm.records.layout import BACKBONE_NAME, CACHED_SPLITS, split_file
 from rffm.records.sentinel import require_intact
 from rffm.runtime.profiling import PhaseTimes
 
@@ -98,7 +98,7 @@ def ensure(
         check_disk_budget(directory.parent, needed, options["disk_headroom"])
 
     def build_into(target: Path) -> dict[str, Any]:
-        for role, files in (("dataset", [split_file(s) for s in CACHED_SPLITS]), ("backbone", ["backbone.pt"])):
+        for role, files in (("dataset", [split_file(s) for s in CACHED_SPLITS]), ("backbone", [BACKBONE_NAME])):
             sentinel = record_dir / record["inputs"][role]["path"]
             require_intact(sentinel, files, "build_cache")
             if sha256_file(sentinel) != record["inputs"][role]["sha256"]:

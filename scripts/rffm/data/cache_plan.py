@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rffm.backbone_kinds import BUILT_HERE, CHECKPOINT, EXPORT, PYTHON
 from rffm.errors import RffmError
 from rffm.model.taps import keep_options, kept_count, row_shape, spec_for, tap_names
 from rffm.records.files import atomic_write_json, canonical_json, read_json, sha256_json
@@ -116,7 +117,7 @@ def dataset_facts(config: dict[str, Any], results: str, dataset: str) -> tuple[d
 def native_taps(backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]] | None:
     """Raw taps of an in-workflow transformer from its config (default taps: its output layers), None when a probe must tell."""
     arch, taps = backbone.get("arch"), backbone.get("taps", {})
-    if backbone["source"] not in ("pretrain", "random") or arch is None or taps.get("modules") or taps.get("method"):
+    if backbone["source"] not in BUILT_HERE or arch is None or taps.get("modules") or taps.get("method"):
         return None
     return [(length // arch["patch"], arch["dim"], False)] * arch.get("output_layers", 1)
 
@@ -132,13 +133,13 @@ def probed_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[
     where = f"backbones.{name}"
     spec = {**spec_for(backbone), "keep": "all"}
     kind = backbone["source"]
-    if kind == "python":
+    if kind == PYTHON:
         with torch.random.fork_rng(devices=[]):
             model = foreign.construct(backbone["python"], where).eval()
         encoder = Encoder(model, "", spec, where)
-    elif kind == "export":
+    elif kind == EXPORT:
         encoder = Encoder(foreign.load_export(Path(backbone["path"]), where), "", spec, where)
-    elif kind == "checkpoint":
+    elif kind == CHECKPOINT:
         model = native.load(backbone["path"])
         encoder = Encoder(model, "", spec, where, native_layers=model.arch.output_layers)
     else:
@@ -157,7 +158,7 @@ def remembered_taps(name: str, backbone: dict[str, Any], length: int) -> list[tu
     """probed_taps, remembered under what decides the shapes: the backbone's config (with its files' pins), the user's
     module source for a python backbone, and the length."""
     identity = {"backbone": backbone, "length": length}
-    if backbone["source"] == "python":
+    if backbone["source"] == PYTHON:
         from rffm.model.usercode import user_source
 
         python = backbone["python"]

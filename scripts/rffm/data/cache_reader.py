@@ -17,7 +17,7 @@ import numpy as np
 from rffm.data.cache_format import SENTINEL_LABEL, cache_problems, from_bf16_bits, release_pages
 from rffm.errors import IntegrityError
 from rffm.records.files import read_json
-from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, hidden_file
+from rffm.records.layout import CACHE_META, CACHED_SPLITS, SENTINEL_NAME, hidden_file
 from rffm.records.seal import unseal
 from rffm.runtime.profiling import PhaseTimes
 
@@ -114,5 +114,5 @@ def open_cache(directory: Path, recipe_digest: str, consumer: str) -> tuple[dict
             f"{consumer} refuses to start: {problems[0]} (the hidden-state cache was changed after it was built). "
             f"Fix: delete {directory}; the next run builds it again."
         )
-    meta = read_json(directory / "meta.json")
+    meta = read_json(directory / CACHE_META)
     return {split: CacheSplit(directory, split, meta) for split in CACHED_SPLITS}, meta

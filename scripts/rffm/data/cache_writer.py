@@ -24,7 +24,7 @@ from rffm.data.cache_format import preallocate, release_pages, split_count, to_b
 from rffm.data.cache_plan import cache_meta
 from rffm.model import encoder as encoders
 from rffm.records.files import atomic_write_bytes, atomic_write_json
-from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, hidden_file, split_file
+from rffm.records.layout import BACKBONE_NAME, CACHE_META, CACHED_SPLITS, SENTINEL_NAME, hidden_file, split_file
 from rffm.records.seal import seal
 from rffm.records.sentinel import file_record, parts_record
 from rffm.runtime import batching
@@ -168,7 +168,7 @@ def build(
     profile_batches: int = 0,
 ) -> dict[str, Any]:
     """Run the frozen backbone over train and val into `directory` and seal it with its cache sentinel; the build's stats."""
-    model = encoders.load(record["backbone"], backbone_dir / "backbone.pt", record["encoder"]["spec"], record["encoder"]["where"], device)
+    model = encoders.load(record["backbone"], backbone_dir / BACKBONE_NAME, record["encoder"]["spec"], record["encoder"]["where"], device)
     classes, shapes = record["cache"]["classes"], record["cache"]["shapes"]
     counts = {split: split_count(dataset_dir / split_file(split)) for split in CACHED_SPLITS}
     length = record["cache"]["input_length"]
@@ -204,7 +204,7 @@ def build(
     meta = cache_meta(
         model.fingerprint, classes, {split: [counts[split], *shapes[split][1:]] for split in CACHED_SPLITS}, record["cache"]["taps"]
     )
-    atomic_write_json(directory / "meta.json", meta)
-    outputs["meta.json"] = file_record(directory / "meta.json")
+    atomic_write_json(directory / CACHE_META, meta)
+    outputs[CACHE_META] = file_record(directory / CACHE_META)
     atomic_write_bytes(directory / SENTINEL_NAME, seal({"stage": "build_cache", "recipe": recipe_digest, "outputs": outputs}))
     return {"batch_size_max": batch_size, "batch_stats": stats, "profile_seeded": seeded, "meta": meta}

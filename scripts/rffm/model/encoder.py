@@ -18,12 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from rffm.backbone_kinds import NATIVE
 from rffm.errors import ConfigError
 from rffm.model import taps as taps_facts
 from rffm.model.taps import FORMS, KEEP, LAYOUTS, keep_options, kept_count, row_shape, spec_for  # noqa: F401 (the encoder's vocabulary)
 from rffm.records.files import sha256_json
-
-NATIVE = ("pretrain", "random", "checkpoint")  # kinds whose file is an rffm backbone.pt (IQPatchTransformer)
 
 
 def fingerprint(backbone_fingerprint: str, spec: dict[str, Any]) -> str:

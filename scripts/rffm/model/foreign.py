@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rffm.backbone_kinds import EXPORT
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model.backbone import hash_tensors
 from rffm.model.usercode import import_path_fix, split_entry_point, user_source
@@ -156,7 +157,7 @@ def load_export(path: Path, where: str):
 def load(backbone: dict[str, Any], path: Path, where: str, device: torch.device | str = "cpu") -> tuple[nn.Module, str]:
     """A user backbone from its folder's backbone.pt and record, frozen, after checking it is what was imported."""
     kind = backbone["source"]
-    if kind == "export":
+    if kind == EXPORT:
         if sha256_file(path) != backbone["fingerprint"]:
             raise IntegrityError(f"{path}: sha256 differs from the fingerprint its import recorded. Fix: rerun snakemake.")
         model = load_export(path, where)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rffm.backbone_kinds import BUILT_HERE
 from rffm.errors import ConfigError
 
 LAYOUTS = {"channels": "[B, 2, L]", "samples": "[B, L, 2]", "antenna": "[B, 2, 1, L]", "complex": "[B, L] complex64"}
@@ -62,7 +63,7 @@ def declared_names(backbone: dict[str, Any]) -> list[str] | None:
         return None
     if taps.get("select"):
         return tap_names(taps, len(taps["select"]))
-    if backbone["source"] in ("pretrain", "random"):
+    if backbone["source"] in BUILT_HERE:
         return tap_names(taps, int(backbone.get("arch", {}).get("output_layers", 1)))
     return None
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rffm import config as rffm_config
+from rffm.backbone_kinds import PYTHON
 from rffm.config.invocation import NODES, command_line
 from rffm.data import cache_plan
 from rffm.errors import PlanRefused, RffmError
@@ -141,7 +142,7 @@ def print_lock(workflow: Any) -> None:
 
 def user_code(backbone: dict[str, Any], name: str) -> str:
     """import_backbone's param for `source: python`: the digest of the user's package source ("" otherwise)."""
-    if backbone["source"] != "python":
+    if backbone["source"] != PYTHON:
         return ""
     python = backbone["python"]
     try:

@@ -18,7 +18,18 @@ from rffm import config as rffm_config
 from rffm.errors import ConfigError
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records.files import atomic_write_bytes, read_json
-from rffm.records.layout import EXPORT, EXPORT_FILES, MANIFEST_NAME, MEMO, QUALIFICATION, SELECTION, run_folder
+from rffm.records.layout import (
+    EXPORT,
+    EXPORT_FILES,
+    MANIFEST_NAME,
+    MEMO,
+    METRICS_NAME,
+    MODEL_CARD,
+    QUALIFICATION,
+    SELECTION,
+    SELECTION_NAME,
+    run_folder,
+)
 
 PROCEDURES = ("validation_selection", "final_qualification")
 GCS_MOUNT_ENV = "RFFM_GCS_MOUNT"
@@ -70,15 +81,15 @@ def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], over
 
 def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> list[Path]:
     """Copy a run's selected artifact, model card and selection (and manifest after qualification) into target."""
-    selection = read_json(run_dir / SELECTION / "selection.json")
+    selection = read_json(run_dir / SELECTION / SELECTION_NAME)
     files = {
         Path(selection["artifact_path"]).name: (results / selection["artifact_path"], 0o444),
-        "model_card.json": (run_dir / SELECTION / "model_card.json", 0o644),
-        "selection.json": (run_dir / SELECTION / "selection.json", 0o644),
+        MODEL_CARD: (run_dir / SELECTION / MODEL_CARD, 0o644),
+        SELECTION_NAME: (run_dir / SELECTION / SELECTION_NAME, 0o644),
     }
     if procedure == "final_qualification":
-        files["run_manifest.json"] = (run_dir / QUALIFICATION / MANIFEST_NAME, 0o644)
-        files["qualification_metrics.json"] = (run_dir / QUALIFICATION / "metrics.json", 0o644)
+        files[MANIFEST_NAME] = (run_dir / QUALIFICATION / MANIFEST_NAME, 0o644)
+        files["qualification_metrics.json"] = (run_dir / QUALIFICATION / METRICS_NAME, 0o644)
         # the deployable classifier (rules/export.smk) in its own folder: the artifact URI a Model Registry upload names
         for name in EXPORT_FILES:
             if (run_dir / EXPORT / name).is_file():

@@ -144,7 +144,7 @@ def identity_problems(env: Mapping[str, str]) -> list[str]:
     if account and not SERVICE_ACCOUNT.fullmatch(account):
         problems.append(
             f"RFFM_BATCH_SERVICE_ACCOUNT={account}: not a service-account address. Fix: export "
-            f"rffm-batch@{project or 'PROJECT'}.iam.gserviceaccount.com ({README})"
+            f"RFFM_BATCH_SERVICE_ACCOUNT=rffm-batch@{project or 'PROJECT'}.iam.gserviceaccount.com ({README})"
         )
     return problems
 

@@ -84,7 +84,7 @@ def validate(body: dict[str, Any]):
         from google.cloud.aiplatform_v1.types import CustomJob
         from google.protobuf import json_format
     except ImportError:
-        raise ConfigError("google-cloud-aiplatform is not installed. Fix: pip install 'rffm[dev]' (or google-cloud-aiplatform)") from None
+        raise ConfigError("google-cloud-aiplatform is not installed. Fix: pip install 'rffm[dev]'") from None
     message = CustomJob()
     try:
         json_format.ParseDict(body, CustomJob.pb(message))

@@ -32,7 +32,11 @@ def profile_file(name: str, workflow_dir: str | Path) -> Path:
 
     found = get_profile_dir(name) or get_profile_dir(str(Path(workflow_dir).resolve().parent / "profiles" / name))
     if found is None:
-        raise RffmError(f"config launch_profile: {name!r} names no Snakemake profile here. Fix: use --profile {name}, or drop the key.")
+        raise RffmError(
+            f"config launch_profile: {name!r} names no Snakemake profile here. Fix: put (or link) the profile where "
+            f"`snakemake --profile {name}` finds it: a directory {name}/ here or in Snakemake's user profile directory "
+            "(`rffm install_profiles` links the shipped ones there); or drop the key."
+        )
     return Path(found[1])
 
 
@@ -45,8 +49,9 @@ def check_profile(store: Store, run: str, name: str, profile: str | Path) -> Non
         raise LaunchProfileChanged(
             f"the launch profile {profile} (sha256 {sha256_bytes(data)}) differs from the one run {run!r} was launched with, "
             f"recorded in {store.where(key)} (sha256 {sha256_bytes(kept)}). The record is kept as it is. "
-            "Fix: restore the profile file (compare the two files), or launch these changes as a new run id "
-            f"(copy the run under a new name in the config), or delete {store.where(folder(run, name))} to record the new profile."
+            "Fix: restore the profile file (compare the two files), or launch these changes as a new run id (rename the run "
+            "in the config: a launch records its profile for every run there), or delete "
+            f"{store.where(folder(run, name))} to record the new profile."
         )
 
 

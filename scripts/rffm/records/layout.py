@@ -4,8 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# ---- leaf file names: every file a step writes is named here, and only here ----
 SENTINEL_NAME = "sentinel.json"
 PROVENANCE_NAME = "provenance.json"
+BACKBONE_NAME, PRETRAIN_LOG = "backbone.pt", "pretrain_log.json"  # a backbone folder's files
+CACHE_META = "meta.json"  # a cache directory's description of its arrays (cache_files lists the rest)
+CHECKPOINT_NAME, METRICS_NAME = "checkpoint.pt", "metrics.json"  # an epoch's files (a sweep's: its bundle and table)
+EPOCH_FILES = (CHECKPOINT_NAME, METRICS_NAME)
+SELECTION_NAME = "selection.json"  # a selection's record (the chosen epoch and its artifact)
+HISTORY_NAME = "history.json"  # a reference's training history (train_reference)
+ACCURACY_FIGURE, CONFUSION_FIGURE = "accuracy_vs_snr.png", "confusion_matrix.png"  # a qualification's figures
+TRAINING_CURVES, SELECTION_EVIDENCE = "training_curves.png", "selection_evidence.png"  # the validation report's
+CACHE_LIFECYCLE, CACHE_LIFECYCLE_SUMMARY = "cache_lifecycle.png", "cache_lifecycle_summary.json"  # the profiling report's
+MANIFEST_SUMMARY = "manifest_summary.html"  # the qualification report's
+COMPARISON_FIGURE, COMPARISON_TABLE = "comparison.png", "comparison.json"  # the comparison report's
+MANIFEST_NAME = "run_manifest.json"  # the qualification's terminal record
+MODEL_CARD = "model_card.json"  # a selection's and an export's description of its model
+EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS = "model.pt2", "model.onnx", "weights.safetensors"  # an export's files
+EXPORT_FILES = (EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS, MODEL_CARD)
+PROGRAM_SIGNATURE = "rffm_signature.json"  # a record inside the .pt2 (torch.export.load(extra_files=...))
+
 SPLITS = ("train", "val", "test")
 CACHED_SPLITS = ("train", "val")  # the test split is never cached
 
@@ -20,7 +38,7 @@ def hidden_file(split: str) -> str:
 
 def cache_files() -> list[str]:
     """Every file a cache directory holds besides its sentinel."""
-    names = ["meta.json"]
+    names = [CACHE_META]
     for split in CACHED_SPLITS:
         names += [hidden_file(split), f"{split}.labels.npy", f"{split}.snr.npy"]
     return names
@@ -47,7 +65,6 @@ def cache_folder(dataset: str, backbone: str) -> str:
 RUNS = "runs"  # the results store's folder of runs and references
 # The step folders inside a run's folder (runs/<run>/...).
 EPOCHS, SELECTION, QUALIFICATION, EXPORT, PROFILING, REPORT = "epochs", "selection", "qualification", "export", "profiling", "report"
-MANIFEST_NAME = "run_manifest.json"  # the qualification's terminal record
 
 
 def run_folder(run: str) -> str:
@@ -65,10 +82,6 @@ def epoch_folder(run: str, epoch: int | str) -> str:
     return f"{epochs_folder(run)}/{epoch}"
 
 
-CHECKPOINT_NAME, METRICS_NAME = "checkpoint.pt", "metrics.json"  # an epoch's files (a sweep's: its bundle and table)
-EPOCH_FILES = (CHECKPOINT_NAME, METRICS_NAME)
-
-
 def selection_folder(run: str) -> str:
     return f"{run_folder(run)}/{SELECTION}"
 
@@ -79,11 +92,6 @@ def qualification_folder(run: str) -> str:
 
 def export_folder(run: str) -> str:
     return f"{run_folder(run)}/{EXPORT}"
-
-
-# an export folder's files; the signature is a record inside the .pt2 (torch.export.load(extra_files=...))
-EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS = "model.pt2", "model.onnx", "weights.safetensors"
-PROGRAM_SIGNATURE = "rffm_signature.json"
 
 
 def profiling_folder(run: str) -> str:
@@ -131,8 +139,6 @@ def root_of(path: str, folder: str) -> str:
 
 
 ARTIFACTS = "artifacts"  # the results store's folder of selected heads, by content
-MODEL_CARD = "model_card.json"  # a selection's and an export's description of its model
-EXPORT_FILES = (EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS, MODEL_CARD)
 
 
 def artifact_name(sha256: str) -> str:

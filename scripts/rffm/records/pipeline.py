@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rffm.records.layout import MANIFEST_NAME
+from rffm.backbone_kinds import BUILT_HERE, IMPORTED
+from rffm.records.layout import MANIFEST_NAME, MODEL_CARD
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ STEPS = (
         "backbones",
         torch=True,
         selection=True,
-        backbone_sources=("pretrain", "random"),
+        backbone_sources=BUILT_HERE,
         passed_as="--backbone-dir",
     ),
     Step(
@@ -59,7 +60,7 @@ STEPS = (
         ("--source-root", "--out-dir"),
         "backbones",
         selection=True,
-        backbone_sources=("checkpoint", "python", "export"),
+        backbone_sources=IMPORTED,
         passed_as="--backbone-dir",
     ),
     Step(
@@ -135,7 +136,7 @@ STEPS = (
         ("--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-record-dir", "--store", "--out-dir"),
         "runs",
         torch=True,
-        prints=("exported classifier", "model_card.json"),
+        prints=("exported classifier", MODEL_CARD),
     ),
 )
 

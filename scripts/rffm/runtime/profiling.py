@@ -14,7 +14,9 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-SUMMARY_NAME = "cache_lifecycle_summary.json"
+from rffm.records.layout import CACHE_LIFECYCLE_SUMMARY
+
+SUMMARY_NAME = CACHE_LIFECYCLE_SUMMARY
 PART_KEYS = ("host", "device", "duration_s", "batch_stats")
 
 

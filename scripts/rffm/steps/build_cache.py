@@ -19,7 +19,7 @@ import torch
 from rffm.data.cache_local import ensure
 from rffm.errors import ConfigError
 from rffm.model import encoder as encoders
-from rffm.records.layout import CACHED_SPLITS, SENTINEL_NAME, split_file
+from rffm.records.layout import BACKBONE_NAME, CACHED_SPLITS, SENTINEL_NAME, split_file
 from rffm.records.step import Step
 from rffm.records.store import given_store, publish_trace
 from rffm.runtime.profiling import PhaseTimes
@@ -39,7 +39,7 @@ def describe(
     problem = encoders.length_problem(where, spec["adapter"], spec["adapter"].get("length"), length, dataset["key"]["dataset"])
     if problem:
         raise ConfigError(problem)
-    model = encoders.load(backbone, backbone_dir / "backbone.pt", spec, where)
+    model = encoders.load(backbone, backbone_dir / BACKBONE_NAME, spec, where)
     taps = model.shapes(length)
     names = model.tap_names(len(taps))
     row = encoders.row_shape(taps)
@@ -84,7 +84,7 @@ def run(
     phases = PhaseTimes()
     with Step(RULE, out_dir, key={}, params=spec) as step, tempfile.TemporaryDirectory() as traces:
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file(s) for s in CACHED_SPLITS])
-        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
+        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, [BACKBONE_NAME])
         step.key = {"dataset": dataset["key"]["dataset"], "backbone": weights["key"]["backbone"]}
         step.facts.update(describe(weights, dataset, dataset_dir, backbone_dir, spec))
         record = {**step.identity(), **step.facts}  # the record as the epochs will read it

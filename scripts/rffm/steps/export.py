@@ -18,17 +18,20 @@ from typing import Any
 import h5py
 import numpy as np
 
+from rffm.backbone_kinds import NATIVE
 from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.model.classifier import LAYOUT, Classifier, normalisation
 from rffm.model.programs import ONNX_OPSET, onnx_bytes, save_program, torch_program, weights_bytes
 from rffm.records.files import atomic_write_bytes, canonical_json, sha256_bytes
 from rffm.records.layout import (
+    BACKBONE_NAME,
     EXPORT_ONNX,
     EXPORT_PROGRAM,
     EXPORT_WEIGHTS,
     MANIFEST_NAME,
     MODEL_CARD,
+    SELECTION_NAME,
     SENTINEL_NAME,
     export_name,
     split_file,
@@ -52,13 +55,13 @@ def classifier_module(
     """
     head, blob = load_artifact(results, artifact)
     spec = cached["encoder"]
-    encoder = encoders.load(cached["backbone"], Path(backbone_dir) / "backbone.pt", spec["spec"], spec["where"], "cpu")
+    encoder = encoders.load(cached["backbone"], Path(backbone_dir) / BACKBONE_NAME, spec["spec"], spec["where"], "cpu")
     if encoder.identity != spec["fingerprint"] or blob["backbone_fingerprint"] != encoder.fingerprint:
         raise IntegrityError(f"{results.where(artifact['key'])}: trained behind another encoder than {backbone_dir}. Fix: rerun selection.")
     module = Classifier(encoder, head.eval())
     module.training = False  # not .eval(): a torch.export backbone refuses train(); every kind is loaded in eval mode
     module.requires_grad_(False)
-    how = normalisation(spec["spec"]["adapter"], cached["backbone"]["source"] in encoders.NATIVE)
+    how = normalisation(spec["spec"]["adapter"], cached["backbone"]["source"] in NATIVE)
     return module, {**blob, "length": encoder.length or length, "normalisation": how}
 
 
@@ -89,8 +92,8 @@ def run(
         out_dir = step.out_dir
         results = given_store(store, RULE)
         qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, [MANIFEST_NAME])
-        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "model_card.json"])
-        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
+        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, [SELECTION_NAME, MODEL_CARD])
+        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, [BACKBONE_NAME])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("val")])["dataset"]  # never the test split
         cached = step.consume("cache", Path(cache_record_dir) / SENTINEL_NAME)  # the encoder the head was trained behind
         staged = staged_facts(dataset_dir / split_file("val"))

@@ -8,10 +8,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rffm.backbone_kinds import CHECKPOINT, EXPORT, PYTHON
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import backbone, foreign
 from rffm.model.pins import pin_problem
 from rffm.records.files import atomic_torch_save, atomic_write_json, commit_file, sha256_file, temporary_sibling
+from rffm.records.layout import BACKBONE_NAME, PRETRAIN_LOG
 from rffm.records.step import Step
 
 RULE = "import_backbone"
@@ -64,21 +66,21 @@ def import_export(spec: dict[str, Any], source: Path, target: Path, digest: str)
 
 def run(spec: dict[str, Any], out_dir: str | Path) -> Path:
     """Import the configured backbone into out_dir (backbone.pt, pretrain_log.json, sentinel)."""
-    kind = spec.get("source", "checkpoint")
+    kind = spec.get("source", CHECKPOINT)
     with Step(RULE, out_dir, key={"backbone": spec["name"]}, params=spec) as step:
         source, actual = checked_source(spec)
-        target = step.out_dir / "backbone.pt"
+        target = step.out_dir / BACKBONE_NAME
         record: dict[str, Any] = {"name": spec["name"], "source": kind}
-        if kind == "python":
+        if kind == PYTHON:
             record.update(import_python(spec, source, target))
-        elif kind == "export":
+        elif kind == EXPORT:
             record.update(import_export(spec, source, target, actual))
         else:
             model = backbone.load(source)
             copy_in(source, target)
             record.update({"fingerprint": model.fingerprint, "arch": asdict(model.arch)})
-        atomic_write_json(step.out_dir / "pretrain_log.json", {"imported_from_sha256": actual})
-        step.output("backbone.pt")
-        step.output("pretrain_log.json")
+        atomic_write_json(step.out_dir / PRETRAIN_LOG, {"imported_from_sha256": actual})
+        step.output(BACKBONE_NAME)
+        step.output(PRETRAIN_LOG)
         step.facts["backbone"] = record
     return step.sentinel

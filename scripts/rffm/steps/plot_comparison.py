@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rffm.ops import compare
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import MANIFEST_NAME, SENTINEL_NAME, qualification_folder
+from rffm.records.layout import COMPARISON_FIGURE, COMPARISON_TABLE, MANIFEST_NAME, SENTINEL_NAME, qualification_folder
 from rffm.records.step import Step
 
 RULE = "plot_comparison"
@@ -23,8 +23,8 @@ def run(results_dir: str | Path, runs: list[str], out_dir: str | Path) -> Path:
         for name in sorted(runs):
             step.consume(f"qualification_{name}", results / qualification_folder(name) / SENTINEL_NAME, [MANIFEST_NAME])
         rows = compare.collect(results, names=runs)
-        compare.plot(rows, step.out_dir / "comparison.png")
-        atomic_write_json(step.out_dir / "comparison.json", {"rows": rows})
-        step.output("comparison.png")
-        step.output("comparison.json")
+        compare.plot(rows, step.out_dir / COMPARISON_FIGURE)
+        atomic_write_json(step.out_dir / COMPARISON_TABLE, {"rows": rows})
+        step.output(COMPARISON_FIGURE)
+        step.output(COMPARISON_TABLE)
     return step.sentinel

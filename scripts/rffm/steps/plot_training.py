@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rffm.records.layout import SENTINEL_NAME
+from rffm.records.layout import SELECTION_EVIDENCE, SENTINEL_NAME, TRAINING_CURVES
 from rffm.records.sentinel import epoch_metrics
 from rffm.records.step import Step
 from rffm.report.png import plt, save_png
 
 RULE = "plot_training"
-FIGURES = ("training_curves.png", "selection_evidence.png")
+FIGURES = (TRAINING_CURVES, SELECTION_EVIDENCE)
 
 
 def training_curves(epochs: list[dict[str, Any]], path: str | Path, title: str, selected_epoch: int | None = None) -> None:

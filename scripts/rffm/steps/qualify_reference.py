@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.records import ledger, manifest
-from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.layout import HISTORY_NAME, SELECTION_NAME, SENTINEL_NAME, split_file
 from rffm.records.sentinel import record_digest
 from rffm.records.step import Step
 from rffm.records.store import given_store
@@ -40,7 +40,7 @@ def run(
     with Step(RULE, out_dir, key={"run": name}, params=spec) as step:
         out_dir = step.out_dir
         results = given_store(store, RULE)
-        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json", "history.json"])
+        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, [SELECTION_NAME, HISTORY_NAME])
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME)  # test.h5 is checked only if it is read
         selection = chosen["selection"]
         model, blob = load_cnn(results, selection, RULE)

@@ -16,7 +16,7 @@ import torch
 
 from rffm.errors import ConfigError
 from rffm.records.files import atomic_write_bytes, atomic_write_json, canonical_json, read_json
-from rffm.records.layout import MODEL_CARD, SENTINEL_NAME
+from rffm.records.layout import CHECKPOINT_NAME, METRICS_NAME, MODEL_CARD, SELECTION_NAME, SENTINEL_NAME
 from rffm.records.sentinel import require_intact
 from rffm.records.step import Step
 from rffm.records.store import given_store
@@ -40,8 +40,8 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
         epoch_dirs = [Path(d) for d in epoch_dirs]
         candidates, records = [], {}
         for directory in epoch_dirs:  # runs/<run>/epochs/<k>
-            records[directory.name] = step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME, ["metrics.json"])
-            candidates.append(read_json(directory / "metrics.json"))
+            records[directory.name] = step.consume(f"epoch_{directory.name}", directory / SENTINEL_NAME, [METRICS_NAME])
+            candidates.append(read_json(directory / METRICS_NAME))
         if names:  # a sweep: every (member, epoch) is a candidate
             candidates = sweep_candidates(candidates, names)
         diverged = [c["epoch"] for c in candidates if not all(math.isfinite(v) for v in c.values() if isinstance(v, float))]
@@ -49,10 +49,10 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
             raise ConfigError(f"runs.{spec['run']}: epoch(s) {diverged} have non-finite metrics; a diverged run is never selected.")
         best = choose(candidates, options["metric"], options["mode"])
         chosen_dir = epoch_dirs[[int(d.name) for d in epoch_dirs].index(best["epoch"])]
-        require_intact(chosen_dir / SENTINEL_NAME, ["checkpoint.pt"], RULE)
-        source = chosen_dir / "checkpoint.pt"
+        require_intact(chosen_dir / SENTINEL_NAME, [CHECKPOINT_NAME], RULE)
+        source = chosen_dir / CHECKPOINT_NAME
         if names:
-            source = io.BytesIO(sweep.read_member(source, best["member"], "checkpoint.pt"))
+            source = io.BytesIO(sweep.read_member(source, best["member"], CHECKPOINT_NAME))
         checkpoint = torch.load(source, map_location="cpu", weights_only=True)
         head = ("classes", "backbone_fingerprint", "head_config", "head")  # in this order: the artifact's bytes
         published = publish_artifact(results, {"format": "rffm-head-artifact/1", **{key: checkpoint[key] for key in head}})
@@ -72,8 +72,8 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
         selection = {**evidence, "run": spec["run"], "artifact_sha256": published["sha256"], "artifact_path": published["key"]}
         if names:
             selection["settings"] = card["sweep"]["settings"]
-        atomic_write_json(step.out_dir / "selection.json", selection)
-        for name in ("selection.json", MODEL_CARD):
+        atomic_write_json(step.out_dir / SELECTION_NAME, selection)
+        for name in (SELECTION_NAME, MODEL_CARD):
             step.output(name)
         step.facts.update(
             {

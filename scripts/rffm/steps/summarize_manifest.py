@@ -10,11 +10,11 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.records import provenance
 from rffm.records.files import atomic_write_bytes, read_json
-from rffm.records.layout import MANIFEST_NAME, PROVENANCE_NAME, SENTINEL_NAME
+from rffm.records.layout import MANIFEST_NAME, MANIFEST_SUMMARY, PROVENANCE_NAME, SENTINEL_NAME
 from rffm.records.step import Step
 
 RULE = "summarize_manifest"
-TABLE = "manifest_summary.html"
+TABLE = MANIFEST_SUMMARY
 
 
 def _table(rows: list[list[Any]], header: list[str] | None = None, highlight: int | None = None) -> str:

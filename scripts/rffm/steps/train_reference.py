@@ -13,7 +13,7 @@ from typing import Any
 
 from rffm.data.splits import read_split
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.layout import HISTORY_NAME, SELECTION_NAME, SENTINEL_NAME, split_file
 from rffm.records.step import Step
 from rffm.records.store import given_store
 from rffm.training.labels import options_rows, subset_facts
@@ -52,10 +52,10 @@ def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, s
             "artifact_sha256": digest,
             "artifact_path": artifact,
         }
-        atomic_write_json(step.out_dir / "selection.json", selection)
-        atomic_write_json(step.out_dir / "history.json", {"epochs": history, "cnn_config": config.__dict__})
-        step.output("selection.json")
-        step.output("history.json")
+        atomic_write_json(step.out_dir / SELECTION_NAME, selection)
+        atomic_write_json(step.out_dir / HISTORY_NAME, {"epochs": history, "cnn_config": config.__dict__})
+        step.output(SELECTION_NAME)
+        step.output(HISTORY_NAME)
         step.facts.update({"selection": selection, "artifact": published})
         if spec["train"].get("labels_per_class_snr") is not None:  # label-scarce: the rows it read labels of
             step.facts["labels"] = subset_facts(spec["train"], rows, len(train["label"]))

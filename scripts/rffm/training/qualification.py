@@ -13,14 +13,14 @@ from typing import Any
 
 from rffm.records import ledger
 from rffm.records.files import atomic_write_json
-from rffm.records.layout import MANIFEST_NAME
+from rffm.records.layout import ACCURACY_FIGURE, CONFUSION_FIGURE, MANIFEST_NAME, METRICS_NAME
 from rffm.records.sentinel import json_record
 from rffm.records.step import Step
 from rffm.records.store import Store
 from rffm.report import qualification as plots
 
 SUMMARY_KEYS = ("accuracy", "macro_f1", "accuracy_high_snr", "exposure_count")  # what a qualification's sentinel carries
-FIGURES = ("accuracy_vs_snr.png", "confusion_matrix.png")
+FIGURES = (ACCURACY_FIGURE, CONFUSION_FIGURE)
 
 
 def qualify_once(
@@ -69,12 +69,12 @@ def write_results(step: Step, qualified: dict[str, Any], manifest: dict[str, Any
     with the summary and ledger entry its sentinel carries. A frozen-backbone run's figure has a curve per class; a
     reference (`model` names it in the title) has the overall curve."""
     out, metrics = step.out_dir, qualified["metrics"]
-    atomic_write_json(out / "metrics.json", metrics)
+    atomic_write_json(out / METRICS_NAME, metrics)
     title = f"{run}{model}: test accuracy {metrics['accuracy']:.3f}"
     plots.accuracy_vs_snr(metrics, out / FIGURES[0], title, None if model else metrics.get("accuracy_by_class_and_snr"))
     plots.confusion(metrics, out / FIGURES[1], f"{run}: normalized confusion (test)")
     atomic_write_json(out / MANIFEST_NAME, manifest)
-    for output in ("metrics.json", *FIGURES):
+    for output in (METRICS_NAME, *FIGURES):
         step.output(output)
     # the manifest's provenance names hosts and job ids; the sentinel vouches for the rest of it
     step.output(MANIFEST_NAME, json_record(out / MANIFEST_NAME, ["provenance"]))

@@ -8,6 +8,7 @@ from typing import Any
 from rffm.errors import ConfigError, IntegrityError
 from rffm.records.files import sha256_bytes
 from rffm.records.layout import ARTIFACTS, artifact_name
+from rffm.records.ranking import scorer
 from rffm.records.store import Store, create_addressed
 
 RULE_TEXT = "best value of the metric; ties go to the earliest epoch"
@@ -20,8 +21,8 @@ def choose(metrics_by_epoch: list[dict[str, Any]], metric: str, mode: str) -> di
         raise ConfigError("selection needs at least one epoch")
     if metric not in metrics_by_epoch[0]:
         raise ConfigError(f"runs.*.selection.metric: {metric!r} is not an epoch metric; choose one of {sorted(metrics_by_epoch[0])}")
-    sign = 1 if mode == "max" else -1
-    return max(sorted(metrics_by_epoch, key=lambda m: m["epoch"]), key=lambda m: (sign * m[metric], -m["epoch"]))
+    score = scorer(metric, mode)
+    return max(sorted(metrics_by_epoch, key=lambda m: m["epoch"]), key=lambda m: (score(m), -m["epoch"]))
 
 
 def best(metrics_by_epoch: list[dict[str, Any]], selection: dict[str, str]) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import ConfigError
-from rffm.records.layout import SENTINEL_NAME
+from rffm.records.layout import CHECKPOINT_NAME, METRICS_NAME, SENTINEL_NAME
 
 # Keys a sweep may vary: those each head owns. Not batch_size or seed: members share the batches
 # (one gather feeds every head) and the batch order comes from the run's seed.
@@ -39,7 +39,7 @@ SWEEP_KEYS = (
 )
 ORDER_TEXT = "itertools.product over the sweep's keys in the order written, values in the order written (last key fastest)"
 BUNDLE_FORMAT = "rffm-sweep-epoch/1"
-MEMBER_FILES = ("checkpoint.pt", "metrics.json", SENTINEL_NAME)
+MEMBER_FILES = (CHECKPOINT_NAME, METRICS_NAME, SENTINEL_NAME)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the bundle's bytes depend on its content only
 
 
