@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rffm.cli import steps as cli
-from rffm.records.pipeline import STEPS, Step
+from rffm.records.pipeline import STEPS, Rule
 
 
 def placeholder(flag: str):
@@ -29,7 +29,7 @@ def placeholder(flag: str):
 
 
 @pytest.mark.parametrize("step", STEPS, ids=[step.rule for step in STEPS])
-def test_each_verb_calls_its_run_with_exactly_its_parameters(step: Step, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_each_verb_calls_its_run_with_exactly_its_parameters(step: Rule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     module = importlib.import_module(f"rffm.{step.module}")
     signature = inspect.signature(module.run)
     passed: dict = {}

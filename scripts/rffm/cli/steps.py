@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rffm.records.pipeline import STEPS, Step
+from rffm.records.pipeline import STEPS, Rule
 
 
 def _json(text: str) -> dict:
@@ -102,7 +102,7 @@ def _dest(flag: str) -> str:
 
 def run_step(args: argparse.Namespace) -> None:
     """Run rffm.steps.<rule>.run with the verb's options; print the file the step names when done."""
-    step: Step = args.step
+    step: Rule = args.step
     options = {_dest(flag): getattr(args, _dest(flag)) for flag in step.flags}
     if step.spec:
         options["spec"] = args.spec

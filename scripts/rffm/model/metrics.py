@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import math
 
 import numpy as np
+
+# The qualification metrics' key of the per-example correctness: base64 of numpy.packbits over the test rows in order.
+CORRECT_KEY = "correct_by_example"
 
 
 def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, n_classes: int) -> np.ndarray:
@@ -49,3 +53,16 @@ def summarize(labels: np.ndarray, predictions: np.ndarray, snr_db: np.ndarray, c
         "confusion_matrix": confusion.tolist(),
         "classes": list(classes),
     }
+
+
+def pack_correct(correct: np.ndarray) -> str:
+    """Per-example correctness (test rows in order) as base64 of its bits (numpy.packbits, most significant bit first)."""
+    return base64.b64encode(np.packbits(np.asarray(correct, dtype=bool)).tobytes()).decode("ascii")
+
+
+def unpack_correct(text: str, count: int) -> np.ndarray:
+    """The `count` booleans pack_correct recorded (ValueError when the record holds fewer)."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8))
+    if len(bits) < count or len(bits) - count >= 8:
+        raise ValueError(f"{len(bits)} bits recorded for {count} examples")
+    return bits[:count].astype(bool)

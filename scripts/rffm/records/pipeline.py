@@ -10,8 +10,9 @@ from rffm.records.layout import MANIFEST_NAME, MODEL_CARD
 
 
 @dataclass(frozen=True)
-class Step:
-    """One rule: it runs `rffm <rule>`, whose code is rffm.steps.<rule>, with the options `flags` names."""
+class Rule:
+    """One rule of the workflow (records/step.Step is one run of it): it runs `rffm <rule>`, whose code is
+    rffm.steps.<rule>, with the options `flags` names."""
 
     rule: str
     help: str
@@ -35,7 +36,7 @@ BACKBONE_PASS = ("--batch-size", "--batch-profile")
 CACHE = (*BACKBONE_PASS, "--disk-headroom", "--scratch", "--store")
 
 STEPS = (
-    Step(
+    Rule(
         "stage_dataset",
         "Stage a dataset into canonical HDF5 splits.",
         ("--source-root", "--out-dir"),
@@ -44,7 +45,7 @@ STEPS = (
         reference=True,
         passed_as="--dataset-dir",
     ),
-    Step(
+    Rule(
         "pretrain_backbone",
         "Build a backbone: self-supervised pretraining or random init.",
         ("--dataset-dir", "--out-dir"),
@@ -54,7 +55,7 @@ STEPS = (
         backbone_sources=BUILT_HERE,
         passed_as="--backbone-dir",
     ),
-    Step(
+    Rule(
         "import_backbone",
         "Import a user backbone (checkpoint, python entry point + weights, torch.export program) after checking its sha256.",
         ("--source-root", "--out-dir"),
@@ -63,7 +64,7 @@ STEPS = (
         backbone_sources=IMPORTED,
         passed_as="--backbone-dir",
     ),
-    Step(
+    Rule(
         "build_cache",
         "Build the hidden-state cache (node-local) and its record.",
         ("--dataset-dir", "--backbone-dir", "--out-dir", *CACHE, "--profile-runs", "--profile-batches", "--encoder"),
@@ -71,7 +72,7 @@ STEPS = (
         selection=True,
         passed_as="--cache-record-dir",
     ),
-    Step(
+    Rule(
         "train_epoch",
         "Train one epoch of the head from cached hidden states.",
         ("--cache-record-dir", "--out-dir", "--epoch", "--previous-dir", *CACHE, "--memo-store", "--profile-batches", "--members"),
@@ -80,7 +81,7 @@ STEPS = (
         selection=True,
         passed_as="--epoch-dirs",
     ),
-    Step(
+    Rule(
         "select_checkpoint",
         "Select the best epoch into an immutable artifact.",
         ("--epoch-dirs", "--store", "--out-dir"),
@@ -88,7 +89,7 @@ STEPS = (
         selection=True,
         passed_as="--selection-dir",
     ),
-    Step(
+    Rule(
         "qualify",
         "Evaluate the selected artifact once on the test split; write the run manifest.",
         ("--selection-dir", *DIRS, "--epoch-dirs", "--source", "--launch-profile", *BACKBONE_PASS, "--store", "--out-dir"),
@@ -96,19 +97,19 @@ STEPS = (
         torch=True,
         prints=("run manifest", MANIFEST_NAME),
     ),
-    Step(
+    Rule(
         "plot_training",
         "Plot training curves and selection evidence from sentinels.",
         ("--run", "--epoch-dirs", "--selection-dir", "--out-dir"),
     ),
-    Step("summarize_manifest", "Render a run manifest as an HTML table.", ("--run", "--qualification-dir", "--out-dir")),
-    Step(
+    Rule("summarize_manifest", "Render a run manifest as an HTML table.", ("--run", "--qualification-dir", "--out-dir")),
+    Rule(
         "summarize_profiling",
         "Summarize a profiled run's cache lifecycle timings.",
         ("--run", "--cache-record-dir", "--epoch-dirs", "--profile-dir", "--store"),
     ),
-    Step("plot_cache_lifecycle", "Plot a profiled run's cache lifecycle summary.", ("--run", "--summary", "--out-dir")),
-    Step(
+    Rule("plot_cache_lifecycle", "Plot a profiled run's cache lifecycle summary.", ("--run", "--summary", "--out-dir")),
+    Rule(
         "train_reference",
         "Train an end-to-end reference CNN from scratch; select its epoch on val into an immutable artifact.",
         ("--dataset-dir", "--store", "--out-dir"),
@@ -117,7 +118,7 @@ STEPS = (
         reference=True,
         passed_as="--selection-dir",
     ),
-    Step(
+    Rule(
         "qualify_reference",
         "Evaluate an end-to-end reference's selected CNN once on the test split; write its manifest.",
         ("--selection-dir", "--dataset-dir", "--source", "--store", "--out-dir"),
@@ -125,12 +126,12 @@ STEPS = (
         torch=True,
         prints=("run manifest", MANIFEST_NAME),
     ),
-    Step(
+    Rule(
         "plot_comparison",
         "Plot the floor | frozen backbone | end-to-end comparison of the qualified runs.",
         ("--results-dir", "--runs", "--out-dir"),
     ),
-    Step(
+    Rule(
         "export",
         "Export the qualified classifier (.pt2, ONNX, safetensors, model card), checked on the validation split.",
         ("--qualification-dir", "--selection-dir", "--dataset-dir", "--backbone-dir", "--cache-record-dir", "--store", "--out-dir"),

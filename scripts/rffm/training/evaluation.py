@@ -20,7 +20,7 @@ from rffm.data.cache_reader import CacheSplit, prefetched
 from rffm.model import cnn
 from rffm.model import encoder as encoders
 from rffm.model.head import AttentionPoolHead
-from rffm.model.metrics import confusion_matrix, macro_f1, summarize
+from rffm.model.metrics import CORRECT_KEY, confusion_matrix, macro_f1, pack_correct, summarize
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import require_intact
 from rffm.runtime import batching
@@ -86,7 +86,9 @@ def qualification_metrics(
     test_path = dataset_dir / split_file("test")
     with h5py.File(test_path, "r") as handle:
         labels, snr_db = handle["label"][()], handle["snr_db"][()]
-    return summarize(labels, predict(test_path), snr_db, classes, high_snr_db)
+    predictions = predict(test_path)
+    # which test examples it got right (row order): rffm compare pairs two results scored on this split
+    return {**summarize(labels, predictions, snr_db, classes, high_snr_db), CORRECT_KEY: pack_correct(labels == predictions)}
 
 
 def predict_heads(
