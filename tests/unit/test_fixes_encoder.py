@@ -126,11 +126,13 @@ def test_a_declared_length_the_staged_dataset_lacks_is_fixed_by_restaging_it_at_
     stage(DATASET, data)
     make_backbone(BACKBONE, data, backbone)
     with pytest.raises(ConfigError) as caught:
-        cache_build(data, backbone, tmp_path / "caches/t__b", tmp_path / "scratch", spec=spec)
+        cache_build(data, backbone, tmp_path / "caches/t__b", tmp_path / "scratch", encoder=spec)
     fix = fix_of(caught)
     assert fix == "use a dataset of length 64 (e.g. datasets.t.synthetic.length), or a backbone built for 32 samples."
     restaged = {**DATASET, "synthetic": {**DATASET["synthetic"], "length": 64}}  # datasets.t.synthetic.length: 64
     stage(restaged, tmp_path / "datasets/t64")
     make_backbone(BACKBONE, tmp_path / "datasets/t64", tmp_path / "backbones/b64")  # the backbone is built on its dataset
-    record = cache_build(tmp_path / "datasets/t64", tmp_path / "backbones/b64", tmp_path / "caches/t__b", tmp_path / "scratch", spec=spec)
+    record = cache_build(
+        tmp_path / "datasets/t64", tmp_path / "backbones/b64", tmp_path / "caches/t__b", tmp_path / "scratch", encoder=spec
+    )
     assert record.is_file()

@@ -17,11 +17,11 @@ def ran(rule: str, folder: Path) -> Path:
 
 def test_a_frozen_backbone_manifest_reports_every_step_that_decides_its_artifact(tmp_path: Path):
     folders = {
-        "--dataset-dir": ran("stage_dataset", tmp_path / "dataset"),
-        "--backbone-dir": ran("import_backbone", tmp_path / "backbone"),
-        "--cache-record-dir": ran("build_cache", tmp_path / "cache"),
-        "--epoch-dirs": [ran("train_epoch", tmp_path / f"epoch{k}") for k in (1, 2)],
-        "--selection-dir": ran("select_checkpoint", tmp_path / "selection"),
+        "dataset": ran("stage_dataset", tmp_path / "dataset"),
+        "backbone": ran("import_backbone", tmp_path / "backbone"),
+        "cache": ran("build_cache", tmp_path / "cache"),
+        "epochs": [ran("train_epoch", tmp_path / f"epoch{k}") for k in (1, 2)],
+        "selection": ran("select_checkpoint", tmp_path / "selection"),
     }
     steps = manifest.collect_steps(manifest.FROZEN_BACKBONE, folders)
     # the backbone under the rule that built it (pretrain_backbone or import_backbone), in the table's order
@@ -33,12 +33,14 @@ def test_a_frozen_backbone_manifest_reports_every_step_that_decides_its_artifact
 
 
 def test_an_end_to_end_manifest_reports_the_reference_steps(tmp_path: Path):
-    folders = {"--dataset-dir": ran("stage_dataset", tmp_path / "dataset"), "--selection-dir": ran("train_reference", tmp_path / "ref")}
+    folders = {"dataset": ran("stage_dataset", tmp_path / "dataset"), "selection": ran("train_reference", tmp_path / "ref")}
     assert list(manifest.collect_steps(manifest.END_TO_END, folders)) == list(pipeline.REFERENCE_STEPS)
 
 
 def test_each_qualify_rule_is_handed_the_folder_of_every_step_its_manifest_reports():
-    """A manifest step's row names the option it is passed by; the qualify rules take those options."""
+    """A manifest step's row names the role its folder has; the qualify rules take the option of each role."""
+    option = {"dataset": "--dataset-dir", "backbone": "--backbone-dir", "cache": "--cache-record-dir", "epochs": "--epoch-dirs"}
+    option |= {"selection": "--selection-dir"}
     for rules, qualify in ((pipeline.SELECTION_STEPS, "qualify"), (pipeline.REFERENCE_STEPS, "qualify_reference")):
-        options = {pipeline.BY_RULE[rule].passed_as for rule in rules}
+        options = {option.get(pipeline.BY_RULE[rule].consumed_as, "") for rule in rules}
         assert "" not in options and options <= set(pipeline.BY_RULE[qualify].flags), qualify

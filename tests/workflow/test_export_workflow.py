@@ -218,13 +218,13 @@ def test_predict_on_a_sigmf_recording(exported_workdir: Path, tmp_path: Path):
 
 def test_posttrain_hands_the_export_to_the_model_directory(exported_workdir: Path, tmp_path: Path):
     """Vertex AI: AIP_MODEL_DIR/export/ is the artifact URI a Model Registry upload names (profiles/README.md)."""
-    from rffm.ops.posttrain import export_model
+    from rffm.ops.posttrain import copy_model_files
 
     run_dir = exported_workdir / "results/runs/base"
-    written = export_model(exported_workdir / "results", run_dir, tmp_path / "model", "final_qualification")
+    written = copy_model_files(exported_workdir / "results", run_dir, tmp_path / "model", "final_qualification")
     assert sorted(p.name for p in (tmp_path / "model/export").iterdir()) == sorted(FILES)
     assert {p.relative_to(tmp_path / "model").as_posix() for p in written} >= {f"export/{name}" for name in FILES}
     for name in FILES:
         assert (tmp_path / "model/export" / name).read_bytes() == (run_dir / "export" / name).read_bytes()
-    selection_only = export_model(exported_workdir / "results", run_dir, tmp_path / "early", "validation_selection")
+    selection_only = copy_model_files(exported_workdir / "results", run_dir, tmp_path / "early", "validation_selection")
     assert not [p for p in selection_only if "export" in p.parts]

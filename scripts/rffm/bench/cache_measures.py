@@ -93,7 +93,7 @@ def build_cache(
     options = {"batch_size": batch_size, "disk_headroom": headroom, "batch_profile": profile, "device": str(device)}
     scratch = out.with_name(out.name + ".scratch")
     started = time.perf_counter()
-    build_cache_step.run(dataset_dir, backbone_dir, out.with_name(out.name + ".record"), scratch, spec=spec, **options)
+    build_cache_step.run(dataset_dir, backbone_dir, out.with_name(out.name + ".record"), scratch, encoder=spec, **options)
     elapsed = time.perf_counter() - started
     shutil.rmtree(out, ignore_errors=True)
     (scratch / "bench__bench").rename(out)

@@ -73,7 +73,6 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--profile-batches": {"type": int, "default": 0, "help": TRACE},
     "--encoder": {
         "type": _json,
-        "dest": "spec",
         "metavar": "JSON",
         "help": "JSON: the backbone's input adapter, taps and keep (rffm.model.encoder.spec_for)",
     },

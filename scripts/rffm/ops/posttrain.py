@@ -79,7 +79,7 @@ def run_workflow(snakefile: Path, workdir: Path, configs: list[str | Path], over
         dag_api.execute_workflow(executor="local")
 
 
-def export_model(results: Path, run_dir: Path, target: Path, procedure: str) -> list[Path]:
+def copy_model_files(results: Path, run_dir: Path, target: Path, procedure: str) -> list[Path]:
     """Copy a run's selected artifact, model card and selection (and manifest after qualification) into target."""
     selection = read_json(run_dir / SELECTION / SELECTION_NAME)
     files = {
@@ -138,7 +138,7 @@ def posttrain(
         run_dir = workdir / config["results"] / run_folder(run)
         if model_dir is not None:
             target = model_dir if len(runs) == 1 else model_dir / run
-            for path in export_model(workdir / config["results"], run_dir, target, procedure):
+            for path in copy_model_files(workdir / config["results"], run_dir, target, procedure):
                 print(f"rffm posttrain: {run}: exported {path}")
         if store is not None:
             print(f"rffm posttrain: {run}: completed epochs kept in {store / MEMO}")

@@ -27,19 +27,19 @@ def step_provenance(directory: Path) -> dict[str, Any]:
 
 def collect_steps(kind: str, folders: dict[str, Any]) -> dict[str, Any]:
     """Per-rule provenance records of the steps a run of `kind` consumed: the pipeline table's steps whose code decides
-    its artifact, each read from `folders[<the option its row is passed_as>]` (a list of folders: every job's)."""
+    its artifact, each read from `folders[<its row's consumed_as>]` (a list of folders: every job's)."""
     rules = MANIFEST_STEPS[kind]
     out, read = {}, set()
     for rule in rules:
-        option = BY_RULE[rule].passed_as
-        if option in read:  # one folder that either of two rules builds (the backbone's): its record names which
+        role = BY_RULE[rule].consumed_as
+        if role in read:  # one folder that either of two rules builds (the backbone's): its record names which
             continue
-        read.add(option)
-        if isinstance(folders[option], (list, tuple)):
-            jobs = [step_provenance(Path(d)) for d in folders[option]]
+        read.add(role)
+        if isinstance(folders[role], (list, tuple)):
+            jobs = [step_provenance(Path(d)) for d in folders[role]]
             out[rule] = {**(jobs[-1] if jobs else {}), "jobs": jobs}
         else:
-            record = step_provenance(Path(folders[option]))
+            record = step_provenance(Path(folders[role]))
             out[record.get("rule", rule)] = record
     return out
 

@@ -23,7 +23,7 @@ class Rule:
     reference: bool = False  # its code decides an end-to-end reference's selected artifact
     backbone_sources: tuple[str, ...] = ()  # the backbone sources it builds (one such step per backbone)
     prints: tuple[str, str] = ()  # (what, file): a file beside its sentinel it names when done
-    passed_as: str = ""  # the option a qualify rule is handed its folder by (a manifest step: selection or reference)
+    consumed_as: str = ""  # the role its folder has for the qualification that reads its provenance (a manifest step)
 
     @property
     def module(self) -> str:
@@ -43,7 +43,7 @@ STEPS = (
         "datasets",
         selection=True,
         reference=True,
-        passed_as="--dataset-dir",
+        consumed_as="dataset",
     ),
     Rule(
         "pretrain_backbone",
@@ -53,7 +53,7 @@ STEPS = (
         torch=True,
         selection=True,
         backbone_sources=BUILT_HERE,
-        passed_as="--backbone-dir",
+        consumed_as="backbone",
     ),
     Rule(
         "import_backbone",
@@ -62,7 +62,7 @@ STEPS = (
         "backbones",
         selection=True,
         backbone_sources=IMPORTED,
-        passed_as="--backbone-dir",
+        consumed_as="backbone",
     ),
     Rule(
         "build_cache",
@@ -70,7 +70,7 @@ STEPS = (
         ("--dataset-dir", "--backbone-dir", "--out-dir", *CACHE, "--profile-runs", "--profile-batches", "--encoder"),
         torch=True,
         selection=True,
-        passed_as="--cache-record-dir",
+        consumed_as="cache",
     ),
     Rule(
         "train_epoch",
@@ -79,7 +79,7 @@ STEPS = (
         "runs",
         torch=True,
         selection=True,
-        passed_as="--epoch-dirs",
+        consumed_as="epochs",
     ),
     Rule(
         "select_checkpoint",
@@ -87,7 +87,7 @@ STEPS = (
         ("--epoch-dirs", "--store", "--out-dir"),
         "runs",
         selection=True,
-        passed_as="--selection-dir",
+        consumed_as="selection",
     ),
     Rule(
         "qualify",
@@ -116,7 +116,7 @@ STEPS = (
         "references",
         torch=True,
         reference=True,
-        passed_as="--selection-dir",
+        consumed_as="selection",
     ),
     Rule(
         "qualify_reference",

@@ -29,17 +29,18 @@ TRACE = "cache_build.trace.json"
 
 
 def describe(
-    weights: dict[str, Any], dataset: dict[str, Any], dataset_dir: Path, backbone_dir: Path, spec: dict[str, Any]
+    weights: dict[str, Any], dataset: dict[str, Any], dataset_dir: Path, backbone_dir: Path, encoder: dict[str, Any]
 ) -> dict[str, Any]:
     """The record's facts: the backbone, the encoder and what the cache holds (row shapes from one probe batch on the CPU)."""
     backbone = weights["backbone"]
     where = f"backbones.{weights['key']['backbone']}"
     with h5py.File(dataset_dir / split_file("train"), "r") as handle:
         length = int(handle["iq"].shape[-1])
-    problem = encoders.length_problem(where, spec["adapter"], spec["adapter"].get("length"), length, dataset["key"]["dataset"])
+    adapter = encoder["adapter"]
+    problem = encoders.length_problem(where, adapter, adapter.get("length"), length, dataset["key"]["dataset"])
     if problem:
         raise ConfigError(problem)
-    model = encoders.load(backbone, backbone_dir / BACKBONE_NAME, spec, where)
+    model = encoders.load(backbone, backbone_dir / BACKBONE_NAME, encoder, where)
     taps = model.shapes(length)
     names = model.tap_names(len(taps))
     row = encoders.row_shape(taps)
@@ -47,7 +48,7 @@ def describe(
     return {
         "backbone_fingerprint": backbone["fingerprint"],
         "backbone": backbone,
-        "encoder": {"fingerprint": model.identity, "spec": spec, "where": where},
+        "encoder": {"fingerprint": model.identity, "spec": encoder, "where": where},  # "spec": the record's word for it
         "cache": {
             "classes": dataset["dataset"]["classes"],
             "dtype": "bfloat16",
@@ -66,7 +67,7 @@ def run(
     *,
     batch_size: int,
     disk_headroom: float,
-    spec: dict[str, Any] | None = None,
+    encoder: dict[str, Any] | None = None,
     batch_profile: str | Path | None = None,
     device: str = "cpu",
     store: str | Path | None = None,
@@ -75,18 +76,18 @@ def run(
 ) -> Path:
     """Write the cache record of one (dataset, backbone) into out_dir and build the cache itself under `scratch`.
 
-    `spec` is the encoder's (rffm.model.encoder.spec_for of the backbone's config; default: all tokens of
+    `encoder` says how the backbone is read (rffm.model.encoder.spec_for of the backbone's config; default: all tokens of
     the model's own outputs). With `profile_runs`, the first `profile_batches` batches are traced and the
     trace is published to each of those runs' profiling folders in the results store.
     """
     dataset_dir, backbone_dir = Path(dataset_dir), Path(backbone_dir)
-    spec = spec or encoders.spec_for({})
+    encoder = encoder or encoders.spec_for({})
     phases = PhaseTimes()
-    with Step(RULE, out_dir, key={}, params=spec) as step, tempfile.TemporaryDirectory() as traces:
+    with Step(RULE, out_dir, key={}, params=encoder) as step, tempfile.TemporaryDirectory() as traces:
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file(s) for s in CACHED_SPLITS])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, [BACKBONE_NAME])
         step.key = {"dataset": dataset["key"]["dataset"], "backbone": weights["key"]["backbone"]}
-        step.facts.update(describe(weights, dataset, dataset_dir, backbone_dir, spec))
+        step.facts.update(describe(weights, dataset, dataset_dir, backbone_dir, encoder))
         record = {**step.identity(), **step.facts}  # the record as the epochs will read it
         step.device = torch.device(device)
         options = {"batch_size": batch_size, "disk_headroom": disk_headroom, "batch_profile": batch_profile, "device": device}

@@ -59,7 +59,7 @@ def run(
         if qualified["recalled"]:
             step.details["recalled_from_ledger"] = qualified["recalled"]
         step.device = "cpu"
-        steps = manifest.collect_steps(manifest.END_TO_END, {"--dataset-dir": dataset_dir, "--selection-dir": selection_dir})
+        steps = manifest.collect_steps(manifest.END_TO_END, {"dataset": dataset_dir, "selection": selection_dir})
         steps[RULE] = step.provenance_record()
         body = manifest.build(manifest.END_TO_END, spec, dataset, selection, qualified, steps, model=blob["cnn_config"])
         write_results(step, qualified, body, name, model=" (end-to-end CNN)")
