@@ -1,4 +1,4 @@
-"""Issue 34: every Fix the Google Cloud side prints — `rffm preflight` (rffm.ops.preflight), the rffm-gcs storage plugin,
+"""Issue 34: every Fix the Google Cloud side prints — `rffm preflight` (rffm.cloud.preflight), the rffm-gcs storage plugin,
 the rffm-googlebatch executor — provoked, followed as printed, and the same check or call then passes.
 
 Nothing here reaches Google. Cloud Storage is gcp-storage-emulator on 127.0.0.1; where a Fix grants a role to the
@@ -36,8 +36,8 @@ from test_preflight import GrantingTokenServer, token_endpoint
 import snakemake_storage_plugin_rffm_gcs as rffm_gcs
 from conftest import REPO
 from fixes import fix_of, run_fix
+from rffm.cloud import preflight
 from rffm.errors import RffmError
-from rffm.ops import preflight
 from snakemake_executor_plugin_rffm_googlebatch.executor import require_pinned_image
 
 ACCOUNT = f"rffm-batch@{PROJECT}.iam.gserviceaccount.com"  # the VMs' identity (profile_env)

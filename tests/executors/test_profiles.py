@@ -53,8 +53,8 @@ def gcp_env(home: Path, emulator: str, bucket: str) -> dict[str, str]:
 
 
 def test_install_profiles_links_is_idempotent_and_refuses_to_replace(tmp_path: Path):
+    from rffm.cloud.profiles import install_profiles
     from rffm.errors import RffmError
-    from rffm.ops.profiles import install_profiles
 
     target = tmp_path / "config" / "snakemake"
     first = install_profiles(REPO, target)
@@ -208,6 +208,6 @@ def test_a_slurm_gpu_rule_that_books_no_gpu_is_refused_while_planning(default_ch
 )
 def test_what_books_a_gpu_on_slurm(resources: dict, books: bool):
     """The ways snakemake-executor-plugin-slurm (and sbatch itself, through slurm_extra) book a GPU for a job."""
-    from rffm.ops.planning import books_gpu
+    from rffm.plan.planning import books_gpu
 
     assert books_gpu(resources) is books

@@ -1,4 +1,4 @@
-"""Issue 34: the Fixes of launching a run — the workflow's planning checks (rffm.ops.planning: the storage prefix, the
+"""Issue 34: the Fixes of launching a run — the workflow's planning checks (rffm.plan.planning: the storage prefix, the
 command line's targets), the launch record (rffm.records.launch), `rffm install_profiles`, `rffm posttrain`'s
 Snakefile and `rffm unlock` — each provoked, followed as printed (a command run as printed), and the same call or
 command then works. The workflow's checks are called as common.smk calls them, with Snakemake's `workflow` reduced
@@ -19,10 +19,11 @@ import yaml
 from conftest import BIN, REPO, SNAKEFILE, TINY, WARM, copy_workdir, tiny_text
 from fixes import fix_of, run_fix
 from rffm import config as rffm_config
+from rffm.cloud import posttrain
+from rffm.cloud.profiles import install_profiles
 from rffm.errors import ConfigError, PlanRefused, RffmError
-from rffm.ops import planning, posttrain
 from rffm.ops import unlock as locks
-from rffm.ops.profiles import install_profiles
+from rffm.plan import planning
 from rffm.records import launch
 from rffm.records.store import PosixStore
 

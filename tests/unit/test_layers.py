@@ -20,10 +20,12 @@ FLOORS = {
     "training": 5,
     "config": 5,
     "ops": 6,
-    "steps": 7,
-    "bench": 8,
-    "cli": 9,
-    "__main__": 10,
+    "cloud": 7,
+    "plan": 8,
+    "steps": 9,
+    "bench": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 
 

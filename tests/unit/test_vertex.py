@@ -11,8 +11,8 @@ from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJob, Schedul
 from google.protobuf import json_format
 
 from conftest import BIN
+from rffm.cloud import vertex
 from rffm.errors import ConfigError
-from rffm.ops import vertex
 
 IMAGE = "us-central1-docker.pkg.dev/p/rffm/worker@sha256:" + "ab" * 32
 

@@ -218,7 +218,7 @@ def test_predict_on_a_sigmf_recording(exported_workdir: Path, tmp_path: Path):
 
 def test_posttrain_hands_the_export_to_the_model_directory(exported_workdir: Path, tmp_path: Path):
     """Vertex AI: AIP_MODEL_DIR/export/ is the artifact URI a Model Registry upload names (profiles/README.md)."""
-    from rffm.ops.posttrain import copy_model_files
+    from rffm.cloud.posttrain import copy_model_files
 
     run_dir = exported_workdir / "results/runs/base"
     written = copy_model_files(exported_workdir / "results", run_dir, tmp_path / "model", "final_qualification")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import BIN, TINY, sigkill_once_started, tiny_config
-from rffm.ops.posttrain import storage_path
+from rffm.cloud.posttrain import storage_path
 from rffm.records.files import read_json, sha256_file
 
 RUN = Path("results/runs/base")

@@ -6,7 +6,7 @@ import sys
 
 from rffm.config.invocation import report_only
 from rffm.data.sources import input_files as source_input_files
-from rffm.ops import planning
+from rffm.plan import planning
 from rffm.records import layout, ledger, pipeline
 from rffm.records.code import code_digest
 from rffm.records.layout import SPLITS, CACHED_SPLITS, split_file
@@ -617,7 +617,7 @@ def all_exports():
 
 
 def on_start():
-    """Note the lock's owner, record the launch profile and the plan of every run (rffm.ops.planning)."""
+    """Note the lock's owner, record the launch profile and the plan of every run (rffm.plan.planning)."""
     planning.on_start(workflow, config, STORE, LAUNCH_PROFILE)
 
 

@@ -131,7 +131,7 @@ def predict(args: argparse.Namespace) -> int:
 
 
 def vertex_job(args: argparse.Namespace) -> int:
-    from rffm.ops import vertex
+    from rffm.cloud import vertex
 
     body = vertex.custom_job(
         image=args.image,
@@ -158,8 +158,8 @@ def mlflow(args: argparse.Namespace) -> int:
 
 
 def install_profiles(args: argparse.Namespace) -> int:
-    from rffm.ops.profiles import CHECKOUT
-    from rffm.ops.profiles import install_profiles as install
+    from rffm.cloud.profiles import CHECKOUT
+    from rffm.cloud.profiles import install_profiles as install
 
     try:
         lines = install(args.checkout or CHECKOUT)
@@ -184,8 +184,8 @@ def release_immutable(args: argparse.Namespace) -> int:
 
 
 def preflight(args: argparse.Namespace) -> int:
-    from rffm.ops.preflight import preflight as check
-    from rffm.ops.profiles import CHECKOUT
+    from rffm.cloud.preflight import preflight as check
+    from rffm.cloud.profiles import CHECKOUT
 
     problems, checked = check(args.profile, Path(args.checkout) if args.checkout else CHECKOUT)
     for line in problems:
@@ -198,7 +198,7 @@ def preflight(args: argparse.Namespace) -> int:
 
 
 def posttrain(args: argparse.Namespace) -> int:
-    from rffm.ops.posttrain import posttrain as run
+    from rffm.cloud.posttrain import posttrain as run
 
     return run(args.config, args.hidden_state_cache_directory, args.procedure, args.directory, args.cores, args.snakefile)
 
@@ -247,7 +247,7 @@ def bench_cache(args: argparse.Namespace) -> int:
 def bench_sweep(args: argparse.Namespace) -> int:
     from rffm.bench.sweep import main as bench
 
-    return bench(args.samples, args.epochs, args.work_dir, args.threads, args.device)
+    return bench(args.samples, args.epochs, args.work_dir, args.threads, args.device, args.cores, args.grid, args.config, args.keep)
 
 
 def bench_staging(args: argparse.Namespace) -> int:

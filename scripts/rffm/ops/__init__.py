@@ -1,1 +1,2 @@
-"""Everyday operations over a results tree: status, compare, prune, unlock, posttrain, the config reference."""
+"""Inspecting and serving a results tree: status, verify, compare, prune, clean, unlock, predict, MLflow tracking, the
+config reference."""

@@ -14,11 +14,11 @@ from typing import Any
 
 from rffm import config as rffm_config
 from rffm.backbone_kinds import PYTHON
+from rffm.cloud.preflight import pinned_image_problem
 from rffm.config.invocation import NODES, command_line
 from rffm.data import cache_plan
 from rffm.errors import PlanRefused, RffmError
 from rffm.model.usercode import user_source
-from rffm.ops.preflight import pinned_image_problem
 from rffm.ops.unlock import lock_line, record_owner
 from rffm.records import launch, ledger, plans
 from rffm.records.layout import RUNS, epochs_folder, qualification_folder
