@@ -109,7 +109,7 @@ def run_step(args: argparse.Namespace) -> None:
         from rffm.runtime.device import resolve, setup
 
         setup(args.threads)
-        options["device"] = resolve(args.device)
+        options["device"], options["threads"] = resolve(args.device), args.threads
     if "source_root" in options:  # the configured source files lie there (a storage provider's download folder)
         options["out_dir"] = os.path.abspath(options["out_dir"])
         root = options.pop("source_root")

@@ -19,8 +19,8 @@ from typing import Any
 
 from rffm.errors import IntegrityError
 from rffm.records.files import atomic_write_bytes, sha256_bytes, sha256_file
-from rffm.records.layout import PROVENANCE_NAME
-from rffm.records.seal import seal, unseal
+from rffm.records.layout import PROVENANCE_NAME, SENTINEL_NAME, results_root
+from rffm.records.seal import seal, unseal, verify_fix
 
 # Environment variables that identify the executor and its job, in priority order.
 EXECUTOR_JOB_VARS = (
@@ -131,14 +131,24 @@ def write(path: str | Path, record: dict[str, Any], sentinel: bytes) -> None:
 def check(where: str | Path, data: bytes | None, sentinel: bytes | None, sentinel_name: str | Path = "its sentinel") -> dict[str, Any]:
     """A provenance record from its bytes after checking its seal and, given a sentinel's bytes, that it belongs to that sentinel."""
     if data is None:
-        raise IntegrityError(f"{where}: provenance is missing. Fix: rerun the step that writes it (snakemake --forcerun <rule>).")
+        raise IntegrityError(f"{where}: provenance is missing. Fix: {_rewrite(where)}")
     record = unseal(where, data, "provenance")
     if sentinel is not None and record.get("sentinel_sha256") != sha256_bytes(sentinel):
         raise IntegrityError(
-            f"{where}: provenance of another run of the step than {sentinel_name} (put back or copied). "
-            "Fix: rerun the step (snakemake --forcerun <rule>) to record it again."
+            f"{where}: provenance of another run of the step than {sentinel_name} (put back or copied). Fix: {_rewrite(where)}"
         )
     return record
+
+
+def _rewrite(where: str | Path) -> str:
+    """The fix of a step folder's missing or foreign provenance: the command that runs its step again, which writes both
+    (its sentinel comes back byte for byte); elsewhere (a memo entry), `rffm verify`'s line for it."""
+    folder = Path(where).parent
+    if results_root(folder) is None:
+        return verify_fix(where)
+    from rffm.records.rebuild import rebuild_command  # reads the plan records: only when a fix is printed
+
+    return rebuild_command(folder / SENTINEL_NAME, remove=True)
 
 
 def read(path: str | Path, sentinel_path: str | Path | None = None) -> dict[str, Any]:

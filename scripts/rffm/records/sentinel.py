@@ -17,7 +17,8 @@ from typing import Any
 
 from rffm.errors import IntegrityError
 from rffm.records.files import sha256_file, sha256_json, xxh3_parts
-from rffm.records.seal import unseal
+from rffm.records.ranking import scorer
+from rffm.records.seal import unseal, verify_fix
 
 SCHEMA_VERSION = 2  # 2: self_sha256, full digests for every output
 REQUIRED = {"schema_version": int, "stage": str, "key": dict, "inputs": dict, "outputs": dict, "params_sha256": str, "code_sha256": str}
@@ -63,18 +64,22 @@ def read_sealed(path: str | Path, what: str, when_missing: str) -> dict[str, Any
 def read_sentinel(path: str | Path) -> dict[str, Any]:
     """Load and check a sentinel: present, parseable, self-consistent and of the expected shape."""
     path = Path(path)
-    body = read_sealed(path, "sentinel", "; the step that writes it has not completed. Fix: rerun snakemake.")
+    if not path.exists():  # a missing intermediate file: plain `snakemake` sees a finished workflow, the sentinel as target reruns its step
+        raise IntegrityError(f"{path}: sentinel is missing; the step that writes it has not completed. Fix: {_rebuild(path, remove=False)}")
+    body = read_sealed(path, "sentinel", "; the step that writes it has not completed.")
     for key, kind in REQUIRED.items():
         if not isinstance(body.get(key), kind):
-            raise IntegrityError(f"{path}: sentinel field {key!r} is missing or not a {kind.__name__}. Fix: delete it and rerun snakemake.")
+            raise IntegrityError(f"{path}: sentinel field {key!r} is missing or not a {kind.__name__}. Fix: {verify_fix(path)}")
     if body["schema_version"] != SCHEMA_VERSION:
-        raise IntegrityError(f"{path}: sentinel schema_version {body['schema_version']}, expected {SCHEMA_VERSION}. Fix: rerun snakemake.")
+        raise IntegrityError(
+            f"{path}: sentinel schema_version {body['schema_version']}, expected {SCHEMA_VERSION}. Fix: {verify_fix(path)}"
+        )
     for name, record in body["outputs"].items():
         if not isinstance(record, dict) or not isinstance(record.get("bytes", record.get("json_sha256")), int | str):
-            raise IntegrityError(f"{path}: record of output {name!r} is malformed. Fix: delete the sentinel and rerun snakemake.")
+            raise IntegrityError(f"{path}: record of output {name!r} is malformed. Fix: {verify_fix(path)}")
     for role, ref in body["inputs"].items():
         if not isinstance(ref, dict) or not isinstance(ref.get("sha256"), str) or not isinstance(ref.get("path"), str | None):
-            raise IntegrityError(f"{path}: link to upstream {role!r} is malformed. Fix: delete the sentinel and rerun snakemake.")
+            raise IntegrityError(f"{path}: link to upstream {role!r} is malformed. Fix: {verify_fix(path)}")
     return body
 
 
@@ -125,7 +130,9 @@ def upstream(sentinel_path: str | Path, relative_to: str | Path) -> dict[str, st
 def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None, fix: bool = False) -> list[str]:
     """Upstream sentinels that are missing or no longer the ones this step consumed (by sha256); with `fix`, each line
     ends with the command that rebuilds the upstream step as the plan makes it (what this step consumed: every step
-    is deterministic, so an upstream changed without a change of plan was damaged, put back or copied there)."""
+    is deterministic, so an upstream changed without a change of plan was damaged, put back or copied there) — or,
+    where the changed upstream is intact itself, this step (it was rebuilt from what it holds: a profiling summary
+    holds the timings of the epochs it read, so one rebuilt after them is not the one its chart consumed)."""
     sentinel_path = Path(sentinel_path)
     body = body if body is not None else read_sentinel(sentinel_path)
     problems = []
@@ -139,8 +146,16 @@ def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None,
             problems.append(problem + (f". Fix: {_rebuild(where, remove=False)}" if fix else ""))
         elif sha256_file(target) != ref["sha256"]:
             problem = f"{sentinel_path}: its upstream {role} sentinel {target} changed since this step consumed it"
-            problems.append(problem + (f". Fix: {_rebuild(where)}" if fix else ""))
+            problems.append(problem + (f". Fix: {_rebuild(sentinel_path if _intact(target) else where)}" if fix else ""))
     return problems
+
+
+def _intact(sentinel_path: Path) -> bool:
+    """Whether a sentinel, its outputs and its own links are as it records (read only where a link to it is broken)."""
+    try:
+        return not sentinel_problems(sentinel_path) and not link_problems(sentinel_path)
+    except IntegrityError:
+        return False
 
 
 def _rebuild(sentinel_path: Path, remove: bool = True) -> str:
@@ -175,7 +190,6 @@ def epoch_metrics(body: dict[str, Any], member: str | None = None, rule: dict[st
         return body["metrics"]
     table = body["members"]
     if member not in table:
-        metric, mode = (rule or {}).get("metric", "val_accuracy"), (rule or {}).get("mode", "max")
-        sign = 1 if mode == "max" else -1
-        member = max(table, key=lambda name: sign * table[name]["metrics"][metric])
+        score = scorer((rule or {}).get("metric", "val_accuracy"), (rule or {}).get("mode", "max"))
+        member = max(table, key=lambda name: score(table[name]["metrics"]))
     return {**table[member]["metrics"], "member": member}

@@ -28,9 +28,6 @@ from rffm.records.sentinel import SCHEMA_VERSION, file_record, require_intact, u
 IDENTITY_FIELDS = ("schema_version", "stage", "key", "inputs", "params_sha256", "code_sha256")  # Step.identity()'s keys
 
 
-THREADS: list[int] = []  # the intra-op thread count runtime.device.setup fixed in this process (a step's sentinel records it)
-
-
 class Step:
     """Context manager owning a step's consumed sentinels, outputs, provenance and sentinel."""
 
@@ -43,6 +40,7 @@ class Step:
         params: Any,
         provenance_path: str | Path | None = None,
         code: str | None = None,
+        threads: int | None = None,
     ):
         self.rule, self.out_dir, self.key, self.params = rule, Path(out_dir), key, params
         self.provenance_path = Path(provenance_path) if provenance_path else self.out_dir / PROVENANCE_NAME
@@ -52,6 +50,7 @@ class Step:
         self.facts: dict[str, Any] = {}  # deterministic content the sentinel carries (metrics, descriptions)
         self.details: dict[str, Any] = {}  # non-deterministic facts for the provenance file (timings, batch sizes)
         self.device: Any = None
+        self.threads = threads  # the torch intra-op threads the step computes with, when the CLI fixed them (--threads)
         self.sentinel: Path | None = None
         self._provenance: dict[str, Any] | None = None
 
@@ -66,7 +65,7 @@ class Step:
     def child(self, out_dir: str | Path, params: Any) -> Step:
         """An opened step of the same rule and key in `out_dir` (a sweep member as its plain run), reading this step's
         cache on this step's device; the caller links its other inputs and closes it."""
-        member = Step(self.rule, out_dir, key=dict(self.key), params=params, code=self.code).open()
+        member = Step(self.rule, out_dir, key=dict(self.key), params=params, code=self.code, threads=self.threads).open()
         member.device = self.device
         member.inputs = {"cache": self.inputs["cache"]}
         return member
@@ -95,9 +94,9 @@ class Step:
             "code_sha256": code_digest(self.code),
         }
 
-    def threads(self) -> dict[str, int]:
+    def thread_record(self) -> dict[str, int]:
         """The torch thread count this step computed with, when it fixed one (CPU float sums depend on it)."""
-        return {"torch_threads": THREADS[0]} if THREADS else {}
+        return {"torch_threads": self.threads} if self.threads else {}
 
     def provenance_record(self) -> dict[str, Any]:
         """Where and how this run happened, fixed at the first call (a step that reports it in an output asks early)."""
@@ -107,7 +106,7 @@ class Step:
 
     def close(self) -> Path:
         """Finish: write the provenance file, then the sentinel (last: it vouches for everything before it)."""
-        sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.threads(), **self.facts})
+        sentinel = seal({**self.identity(), "outputs": dict(sorted(self.outputs.items())), **self.thread_record(), **self.facts})
         # outputs the sentinel vouches for only in part (JSON without non-deterministic keys): their full bytes
         full = {name: sha256_file(self.out_dir / name) for name, record in self.outputs.items() if "excluding" in record}
         provenance.write(self.provenance_path, {**self.provenance_record(), **({"outputs_sha256": full} if full else {})}, sentinel)

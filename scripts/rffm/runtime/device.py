@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from rffm.errors import ConfigError
-from rffm.records.step import THREADS
 
 # Set by schedulers (SLURM) or by the rffm-googlebatch executor when a job was given GPUs.
 GPU_GRANT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "RFFM_GPUS_REQUESTED")
@@ -16,7 +15,6 @@ def setup(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    THREADS[:] = [threads]
     # The eager flag alone: torch.use_deterministic_algorithms also sets torch._inductor's, and importing the
     # compiler stack for it is ~1.6 s of every step's start-up; rffm never compiles (torch.compile) a model.
     torch._C._set_deterministic_algorithms(True, warn_only=True)

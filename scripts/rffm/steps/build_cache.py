@@ -70,6 +70,7 @@ def run(
     encoder: dict[str, Any] | None = None,
     batch_profile: str | Path | None = None,
     device: str = "cpu",
+    threads: int | None = None,
     store: str | Path | None = None,
     profile_runs: list[str] = (),
     profile_batches: int = 0,
@@ -83,7 +84,7 @@ def run(
     dataset_dir, backbone_dir = Path(dataset_dir), Path(backbone_dir)
     encoder = encoder or encoders.spec_for({})
     phases = PhaseTimes()
-    with Step(RULE, out_dir, key={}, params=encoder) as step, tempfile.TemporaryDirectory() as traces:
+    with Step(RULE, out_dir, key={}, params=encoder, threads=threads) as step, tempfile.TemporaryDirectory() as traces:
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file(s) for s in CACHED_SPLITS])
         weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, [BACKBONE_NAME])
         step.key = {"dataset": dataset["key"]["dataset"], "backbone": weights["key"]["backbone"]}

@@ -7,12 +7,13 @@ from typing import Any
 
 from rffm.errors import DataError
 from rffm.records.files import read_json
-from rffm.records.layout import SENTINEL_NAME
+from rffm.records.layout import CACHE_LIFECYCLE, SENTINEL_NAME
+from rffm.records.rebuild import rebuild_command
 from rffm.records.step import Step
 from rffm.report.png import plt, save_png
 
 RULE = "plot_cache_lifecycle"
-FIGURE = "cache_lifecycle.png"
+FIGURE = CACHE_LIFECYCLE
 
 
 def cache_lifecycle(summary: dict[str, Any], path: str | Path, title: str) -> None:
@@ -32,12 +33,12 @@ def cache_lifecycle(summary: dict[str, Any], path: str | Path, title: str) -> No
 
 
 def check_lifecycle_summary(summary: Any, path: str | Path) -> dict[str, Any]:
-    """A cache_lifecycle_summary.json with phases {name: {total_s, count}}, or a clear error."""
+    """A cache_lifecycle_summary.json with phases {name: {total_s, count}}, or a clear error (its fix: summarize_profiling
+    again, which reads the phases from the profiled steps' provenance records)."""
     phases = summary.get("phases") if isinstance(summary, dict) else None
     if not isinstance(phases, dict) or not phases:
-        raise DataError(
-            f"{path}: field 'phases' must be a non-empty mapping of phase name to {{total_s, count}}. Fix: rerun the profiled step."
-        )
+        again = rebuild_command(Path(path).parent / SENTINEL_NAME, remove=True)
+        raise DataError(f"{path}: field 'phases' must be a non-empty mapping of phase name to {{total_s, count}}. Fix: {again}")
     for name, stats in phases.items():
         if not isinstance(stats, dict) or not isinstance(stats.get("total_s"), (int, float)) or not isinstance(stats.get("count"), int):
             raise DataError(f"{path}: phases.{name} must hold a number 'total_s' and an integer 'count', got {stats!r}")

@@ -19,11 +19,11 @@ from rffm.training.pretraining import pretrain_weights
 RULE = "pretrain_backbone"
 
 
-def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, device: str = "cpu") -> Path:
+def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, device: str = "cpu", threads: int | None = None) -> Path:
     """Build backbones/{name}: backbone.pt (weights + fingerprint) and pretrain_log.json."""
     dataset_dir = Path(dataset_dir)
     options = spec["pretrain"]
-    with Step(RULE, out_dir, key={"backbone": spec["name"]}, params=spec) as step:
+    with Step(RULE, out_dir, key={"backbone": spec["name"]}, params=spec, threads=threads) as step:
         step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("train")])
         train_iq = map_iq(dataset_dir / split_file("train"))  # the IQ only: pretraining cannot see labels
         arch = backbone.BackboneArch(length=int(train_iq.shape[-1]), **spec["arch"])

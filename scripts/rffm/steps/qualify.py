@@ -12,7 +12,7 @@ from typing import Any
 from rffm.errors import IntegrityError
 from rffm.model import encoder as encoders
 from rffm.records import launch, ledger, manifest
-from rffm.records.layout import SENTINEL_NAME, split_file
+from rffm.records.layout import BACKBONE_NAME, SELECTION_NAME, SENTINEL_NAME, split_file
 from rffm.records.sentinel import record_digest
 from rffm.records.step import Step
 from rffm.records.store import given_store
@@ -37,6 +37,7 @@ def run(
     store: str | Path | None = None,
     batch_profile: str | Path | None = None,
     device: str = "cpu",
+    threads: int | None = None,
     launch_profile: str | None = None,
 ) -> Path:
     """Evaluate the run's selected artifact on the test split once (or return the recorded result) and write the manifest.
@@ -48,15 +49,15 @@ def run(
     run_name = spec["run"]
     # what an earlier qualification recorded of its ledger entry (read first: starting removes the old sentinel)
     recorded, recorded_in = ledger.recorded_link_in(out_dir)
-    with Step(RULE, out_dir, key={"run": run_name}, params=spec) as step:
+    with Step(RULE, out_dir, key={"run": run_name}, params=spec, threads=threads) as step:
         out_dir = step.out_dir
         results = given_store(store, RULE)
-        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, ["selection.json"])
-        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, ["backbone.pt"])
+        chosen = step.consume("selection", selection_dir / SENTINEL_NAME, [SELECTION_NAME])
+        weights = step.consume("backbone", backbone_dir / SENTINEL_NAME, [BACKBONE_NAME])
         cached = step.consume("cache", Path(cache_record_dir) / SENTINEL_NAME)  # the encoder the head was trained behind
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME)  # test.h5 is checked only if it is read
         selection = chosen["selection"]
-        head, blob = load_head(results, chosen["artifact"], RULE)
+        head, blob = load_head(results, chosen["artifact"], RULE, selection_dir / SENTINEL_NAME)
         if blob["backbone_fingerprint"] != weights["backbone"]["fingerprint"]:
             raise IntegrityError(f"{results.where(chosen['artifact']['key'])} was trained on another backbone than {backbone_dir}")
 
@@ -76,8 +77,8 @@ def run(
         if qualified["recalled"]:
             step.details["recalled_from_ledger"] = qualified["recalled"]
         step.device = device
-        consumed = {"--dataset-dir": dataset_dir, "--backbone-dir": backbone_dir, "--cache-record-dir": cache_record_dir}
-        consumed |= {"--epoch-dirs": epoch_dirs, "--selection-dir": selection_dir}
+        consumed = {"dataset": dataset_dir, "backbone": backbone_dir, "cache": cache_record_dir}
+        consumed |= {"epochs": epoch_dirs, "selection": selection_dir}
         upstream = {"dataset": dataset, "selection": selection, "backbone": weights}
         body = run_manifest(step, spec, upstream, qualified, consumed, launch.recorded(results, run_name, launch_profile))
         write_results(step, qualified, body, run_name)
@@ -90,7 +91,7 @@ def predictor(cached: dict, backbone_dir: Path, head, step: Step, batch_size: in
 
     def predict(test_path: Path):
         encoder = cached["encoder"]
-        model = encoders.load(cached["backbone"], backbone_dir / "backbone.pt", encoder["spec"], encoder["where"], device)
+        model = encoders.load(cached["backbone"], backbone_dir / BACKBONE_NAME, encoder["spec"], encoder["where"], device)
         if model.identity != encoder["fingerprint"]:
             where = f"{backbone_dir}: not the encoder the cache record names"
             raise IntegrityError(f"{RULE} refuses to start: {where}. Fix: rerun snakemake.")
@@ -114,6 +115,6 @@ def run_manifest(
         qualified,
         steps,
         backbone_sentinel=upstream["backbone"],
-        epoch_dirs=consumed["--epoch-dirs"],
+        epoch_dirs=consumed["epochs"],
         launch_record=launch_record,
     )

@@ -31,13 +31,14 @@ def run(
     *,
     source: dict[str, Any],
     store: str | Path | None = None,
+    threads: int | None = None,
 ) -> Path:
     """Qualify the reference's selected CNN once (or recall the recorded result) and write its manifest."""
     selection_dir, dataset_dir = Path(selection_dir), Path(dataset_dir)
     name = spec["run"]
     # what an earlier qualification recorded of its ledger entry (read first: starting removes the old sentinel)
     recorded, recorded_in = ledger.recorded_link_in(out_dir)
-    with Step(RULE, out_dir, key={"run": name}, params=spec) as step:
+    with Step(RULE, out_dir, key={"run": name}, params=spec, threads=threads) as step:
         out_dir = step.out_dir
         results = given_store(store, RULE)
         chosen = step.consume("selection", selection_dir / SENTINEL_NAME, [SELECTION_NAME, HISTORY_NAME])

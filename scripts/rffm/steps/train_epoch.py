@@ -38,6 +38,7 @@ def run(
     scratch: str | Path,
     cache_options: dict[str, Any],
     device: str = "cpu",
+    threads: int | None = None,
     store: str | Path | None = None,
     memo_store: str | Path | None = None,
     profile_batches: int = 0,
@@ -53,7 +54,7 @@ def run(
     results = open_store(store) if store else None
     kept = open_store(memo_store) if memo_store else results
     this = Epoch(spec, epoch, Path(previous_dir) if previous_dir else None, NodeCache(Path(cache_record_dir), scratch, cache_options))
-    with Step(RULE, out_dir, key={"run": spec["run"], "epoch": epoch}, params=step_params(spec)) as step:
+    with Step(RULE, out_dir, key={"run": spec["run"], "epoch": epoch}, params=step_params(spec), threads=threads) as step:
         step.details["epoch"] = epoch
         this.cache.record = step.consume("cache", this.cache.record_dir / SENTINEL_NAME)
         if epoch > 1:

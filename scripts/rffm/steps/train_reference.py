@@ -23,11 +23,13 @@ from rffm.training.selection import choose, evidence, publish_artifact
 RULE = "train_reference"
 
 
-def run(spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, store: str | Path | None = None) -> Path:
+def run(
+    spec: dict[str, Any], dataset_dir: str | Path, out_dir: str | Path, *, store: str | Path | None = None, threads: int | None = None
+) -> Path:
     """Train, select on val, publish artifacts/sha256-<hex>.pt; write selection.json (runs/<id>/selection)."""
     dataset_dir = Path(dataset_dir)
     params = {key: spec[key] for key in ("dataset", "model", "train", "selection")}
-    with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
+    with Step(RULE, out_dir, key={"run": spec["run"]}, params=params, threads=threads) as step:
         results = given_store(store, RULE)
         dataset = step.consume("dataset", dataset_dir / SENTINEL_NAME, [split_file("train"), split_file("val")])
         classes = dataset["dataset"]["classes"]

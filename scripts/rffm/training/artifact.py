@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,11 +13,15 @@ from rffm.model import cnn
 from rffm.model import head as head_model
 from rffm.model.head import AttentionPoolHead
 from rffm.records.files import sha256_bytes
+from rffm.records.rebuild import rebuild_command
 from rffm.records.store import Store
 
 
-def load_head(store: Store, artifact: dict[str, Any], rule: str = "qualify") -> tuple[AttentionPoolHead, dict[str, Any]]:
-    """The head and its metadata from a selection's artifact {key, sha256}; `rule` names who refuses a bad one."""
+def load_head(
+    store: Store, artifact: dict[str, Any], rule: str = "qualify", selection: str | Path | None = None
+) -> tuple[AttentionPoolHead, dict[str, Any]]:
+    """The head and its metadata from a selection's artifact {key, sha256}; `rule` names who refuses a bad one, whose fix
+    rebuilds the `selection` (sentinel) that recorded it."""
     where = store.where(artifact["key"])
     data = store.read(artifact["key"])
     if data is None:
@@ -29,7 +34,10 @@ def load_head(store: Store, artifact: dict[str, Any], rule: str = "qualify") -> 
         head.load_state_dict(blob["head"])
     except Exception as error:  # a hostile or foreign file: never unpickled with code, one line either way
         kind = type(error).__name__
-        raise IntegrityError(f"{rule} refuses to start: {where}: not an rffm head artifact ({kind}). Fix: restore it.") from None
+        # its bytes are the ones recorded, so no copy of it can be restored: the selection recorded a file that is no head
+        # (edited and resealed, or another rffm's format); selecting again publishes the chosen epoch's head
+        again = rebuild_command(selection, remove=True) if selection else "select again (snakemake <the run's selection sentinel>)"
+        raise IntegrityError(f"{rule} refuses to start: {where}: not an rffm head artifact ({kind}). Fix: {again}") from None
     return head.eval(), blob
 
 
