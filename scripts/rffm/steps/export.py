@@ -54,14 +54,14 @@ def classifier_module(
     gains `length`, the IQ window the backbone reads (the staged examples' when the backbone does not say).
     """
     head, blob = load_artifact(results, artifact)
-    spec = cached["encoder"]
-    encoder = encoders.load(cached["backbone"], Path(backbone_dir) / BACKBONE_NAME, spec["spec"], spec["where"], "cpu")
-    if encoder.identity != spec["fingerprint"] or blob["backbone_fingerprint"] != encoder.fingerprint:
+    recorded = cached["encoder"]  # {fingerprint, spec: how the backbone is read, where}
+    encoder = encoders.load(cached["backbone"], Path(backbone_dir) / BACKBONE_NAME, recorded["spec"], recorded["where"], "cpu")
+    if encoder.identity != recorded["fingerprint"] or blob["backbone_fingerprint"] != encoder.fingerprint:
         raise IntegrityError(f"{results.where(artifact['key'])}: trained behind another encoder than {backbone_dir}. Fix: rerun selection.")
     module = Classifier(encoder, head.eval())
     module.training = False  # not .eval(): a torch.export backbone refuses train(); every kind is loaded in eval mode
     module.requires_grad_(False)
-    how = normalisation(spec["spec"]["adapter"], cached["backbone"]["source"] in NATIVE)
+    how = normalisation(recorded["spec"]["adapter"], cached["backbone"]["source"] in NATIVE)
     return module, {**blob, "length": encoder.length or length, "normalisation": how}
 
 
@@ -84,11 +84,12 @@ def run(
     out_dir: str | Path,
     *,
     store: str | Path | None = None,
+    threads: int | None = None,
 ) -> Path:
     """Export the run's qualified classifier, check it on the validation split and publish it."""
     qualification_dir, selection_dir, dataset_dir, backbone_dir = map(Path, (qualification_dir, selection_dir, dataset_dir, backbone_dir))
     params = {"onnx_opset": ONNX_OPSET, "onnx_logit_tolerance": ONNX_LOGIT_TOLERANCE}
-    with Step(RULE, out_dir, key={"run": spec["run"]}, params=params) as step:
+    with Step(RULE, out_dir, key={"run": spec["run"]}, params=params, threads=threads) as step:
         out_dir = step.out_dir
         results = given_store(store, RULE)
         qualified = step.consume("qualification", qualification_dir / SENTINEL_NAME, [MANIFEST_NAME])
@@ -106,7 +107,7 @@ def run(
         tags = {"rffm": canonical_json({"format": signature["format"], "classes": blob["classes"]})}
         atomic_write_bytes(out_dir / EXPORT_WEIGHTS, weights_bytes(module, tags))
         recorded = recorded_val_accuracy(qualification_dir / MANIFEST_NAME, selection["epoch"])
-        figures = check(dataset_dir, module, out_dir / EXPORT_PROGRAM, out_dir / EXPORT_ONNX, recorded)
+        figures = check(dataset_dir, module, out_dir / EXPORT_PROGRAM, out_dir / EXPORT_ONNX, recorded, run=spec["run"])
         files = publish(results, out_dir, [EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS])
         card = {
             **signature,

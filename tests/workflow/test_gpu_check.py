@@ -1,0 +1,34 @@
+"""scripts/gpu_check.sh, the one command that measures the CUDA cache path (P1, P3) on a GPU machine, run in its CPU
+mode at tiny size (RFFM_GPU_CHECK_DEVICE=cpu): the bench, the tiny workflow from config/examples/tiny.yaml, its verify
+and the device its cache and qualification recorded (issue 37)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.workflow
+
+
+def test_the_gpu_check_runs_on_the_current_tree_in_its_cpu_mode():
+    env = {**os.environ, "RFFM_GPU_CHECK_DEVICE": "cpu", "PYTHON": sys.executable, "RFFM_PLAIN_PROGRESS": "1"}
+    done = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    lines = done.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])  # the bench's JSON, last
+    assert figures["detail"]["device"] == "cpu" and figures["P1"] > 0 and figures["P3"] > 0
+    assert "0 problem(s)" in done.stdout  # rffm verify on the tiny run it made
+    assert "results/runs/base/qualification/provenance.json: device cpu" in done.stdout
+    assert "results/caches/tiny__mini/provenance.json: device cpu" in done.stdout
+
+
+def test_the_gpu_check_refuses_an_unknown_device_in_one_line():
+    env = {**os.environ, "RFFM_GPU_CHECK_DEVICE": "tpu", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().endswith("Fix: set RFFM_GPU_CHECK_DEVICE=cuda (the default) or cpu."), done.stderr
