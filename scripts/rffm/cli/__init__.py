@@ -153,14 +153,21 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--device", default="cpu", help="cpu or cuda (the GPU path: pinned memory, non-blocking copies, BF16 autocast)")
     sub.add_argument("--arch", type=steps._json, help='backbone arch overrides as JSON, e.g. \'{"dim": 192, "depth": 6}\'')
     sub.add_argument("--config", help="a config whose backbone is benched instead, e.g. config/examples/wavesfm_like.yaml")
-    text = "An 8-member sweep against the same 8 heads as 8 separate runs: wall-time and cache-bytes ratios."
+    text = (
+        "An 8-member sweep against the same 8 heads as 8 separate runs, each arm run by Snakemake at the same --cores: "
+        "wall-clock and measured cache-bytes ratios; exit 1 when a member's checkpoint differs from its separate run's."
+    )
     sub = benches.add_parser("sweep", help=text, description=text)
     sub.set_defaults(func=bench_sweep)
     sub.add_argument("--samples", type=int, default=22000, help="examples (the default dataset's size)")
     sub.add_argument("--epochs", type=int, default=10, help="epochs of each arm (the default run's)")
     sub.add_argument("--work-dir", help="where to put the temporary data (default: system temp dir)")
-    sub.add_argument("--threads", type=int, default=1, help="torch threads per epoch job (the rule's epoch_threads default)")
+    sub.add_argument("--threads", type=int, default=1, help="torch threads per epoch job (the config's epoch_threads default)")
     sub.add_argument("--device", default="cpu", help="cpu or cuda")
+    sub.add_argument("--cores", type=int, default=2, help="snakemake --cores of both arms")
+    sub.add_argument("--grid", type=steps._json, help="the sweep as JSON instead of the default 8 members: '{\"train.lr\": [0.003, 0.01]}'")
+    sub.add_argument("--config", help="take dataset, backbone and train block from this config's first run, e.g. config/examples/tiny.yaml")
+    sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
     text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
     sub = benches.add_parser("staging", help=text, description=text)
     sub.set_defaults(func=bench_staging)
@@ -183,9 +190,6 @@ def console() -> None:
 def main(argv: list[str] | None = None) -> int:
     """The `rffm` command line: run one verb, return its exit code (tests call it in-process)."""
     args = parser().parse_args(argv)
-    from rffm.records.step import THREADS
-
-    THREADS.clear()  # a verb called in-process after a threaded one (tests) records no thread count of its own
     try:
         result = args.func(args)
     except RffmError as exc:

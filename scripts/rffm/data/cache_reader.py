@@ -40,6 +40,7 @@ class CacheSplit:
         self.snr_db = np.load(cache_dir / f"{split}.snr.npy")
         self.row_bytes = int(np.prod(self.shape[1:])) * 2
         self.release_each_batch = self.shape[0] * self.row_bytes > RELEASE_READS_ABOVE
+        self.bytes_copied = 0  # bytes gathered out of the map so far (provenance details only: rffm bench sweep reads it)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -51,6 +52,7 @@ class CacheSplit:
         rows = np.sort(rows)
         started = time.perf_counter()
         bits = self.hidden[rows]
+        self.bytes_copied += bits.nbytes
         if phases is not None:
             phases.add("memmap_read", time.perf_counter() - started)
         if self.release_each_batch:

@@ -114,10 +114,12 @@ def train_heads(
     A member is {name, options (train_options), params_sha256, previous (its epoch-1 checkpoint bytes, None
     at epoch 1), previous_path and previous_sentinel (for messages)}; members share batch_size, seed and the
     labelled subset (not sweepable).
-    `sweep_run` names the member in a divergence message; details: memory_bytes, cache_bytes_read, phases.
+    `sweep_run` names the member in a divergence message; details: memory_bytes, cache_bytes_read (the bytes the
+    reader copied out of the mapped cache), process_io (this process's I/O counters), phases.
     """
     phases = phases or PhaseTimes()
     train_split, val_split = splits["train"], splits["val"]
+    copied_before = train_split.bytes_copied + val_split.bytes_copied
     batch_size = int(members[0]["options"]["batch_size"])
     seed = int(members[0]["options"]["seed"])
     rows = options_rows(members[0]["options"], train_split.labels, train_split.snr_db)
@@ -135,9 +137,7 @@ def train_heads(
     trace_dir = Path(trace_dir) if trace_dir and profile_batches else None
     tracer = BatchTracer(trace_dir / f"epoch{epoch}_train.trace.json" if trace_dir else None, profile_batches, phases)
     progress = Progress(f"train_epoch {run}/{epoch}", total=steps_per_epoch, unit="batch")
-    bytes_read = 0
     for hidden, labels in prefetched(train_split, batches, device, phases):
-        bytes_read += len(labels) * train_split.row_bytes
         with phases.phase("head"):
             loss = step_heads(states, hidden, labels, device)
         tracer.step()
@@ -149,11 +149,22 @@ def train_heads(
     val_tracer = BatchTracer(trace_dir / f"epoch{epoch}_val.trace.json" if trace_dir else None, profile_batches, phases)
     validations = validate_heads([m["head"] for m in states], val_split, max(batch_size, 512), device, phases, val_tracer)
     val_tracer.close()
-    details["cache_bytes_read"] = bytes_read + len(val_split) * val_split.row_bytes
+    details["cache_bytes_read"] = train_split.bytes_copied + val_split.bytes_copied - copied_before
+    details["process_io"] = process_io()
     details["phases"] = phases.as_dict()
     details["labels"] = subset_facts(members[0]["options"], rows, len(train_split))
     trained = [finish(m, validation, meta, epoch, run, len(rows)) for m, validation in zip(states, validations, strict=True)]
     return trained, details
+
+
+def process_io() -> dict[str, int]:
+    """This process's I/O counters so far (Linux's /proc/self/io): rchar (bytes read by read() and the like, the cache's
+    check included) and read_bytes (bytes fetched from storage, page faults on the mapped cache included); {} elsewhere."""
+    try:
+        lines = Path("/proc/self/io").read_text().splitlines()
+    except OSError:
+        return {}
+    return {key: int(value) for key, _, value in (line.partition(": ") for line in lines) if key in ("rchar", "read_bytes")}
 
 
 def step_heads(states: list[dict[str, Any]], hidden: torch.Tensor, labels: torch.Tensor, device: torch.device) -> float:
