@@ -86,7 +86,9 @@ def ensure(
     trace_path: Path | None = None,
     profile_batches: int = 0,
 ) -> tuple[Path, dict[str, Any] | None]:
-    """The node-local directory of a cache record, built first when it is missing; (directory, build stats or None)."""
+    """The node-local directory of a cache record, built first when it is missing; (directory, build stats or None).
+
+    `options["devices"]` (two or more, e.g. ["cuda:0", "cuda:1"]) builds it data-parallel over them, with the same bytes."""
     directory = local_dir(scratch, record["key"])
     dataset_dir = (record_dir / record["inputs"]["dataset"]["path"]).parent
     backbone_dir = (record_dir / record["inputs"]["backbone"]["path"]).parent
@@ -115,6 +117,7 @@ def ensure(
             phases=phases,
             trace_path=trace_path,
             profile_batches=profile_batches,
+            devices=options.get("devices"),
         )
 
     return directory, materialize(directory, recipe(record), build_into)
