@@ -51,6 +51,10 @@ LONGEST_FIRST = [
     "test_sources_workflow",
     "test_posttrain",
     "test_cores",
+    "test_bench_sweep",
+    "test_gpu_check",
+    "test_fixes_misc_workflow",
+    "test_fixes_integrity_workflow",
     "test_kill_battery",  # 23 units of ~10 s each: filling in for the long ones
     "test_guarantee_matrix",  # 57 units of ~6 s each, once test_byo has built the matrix tree they copy
     "test_examples",
