@@ -19,9 +19,13 @@ import pytest
 
 from byo import backbones, user_models
 from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
+from fixes import fix_of
 from rffm.data import cache_plan
+from rffm.errors import IntegrityError
+from rffm.model import foreign
 from rffm.model.taps import keep_options, spec_for
 from rffm.records.files import sha256_file
+from rffm.records.layout import BACKBONE_NAME, SENTINEL_NAME
 
 pytestmark = pytest.mark.workflow
 
@@ -86,11 +90,24 @@ def after_cache(run: str) -> list[str]:
     return [f"build_cache[dataset=tiny, backbone={run}]", *epochs, f"select_checkpoint[run={run}]", f"plot_training[run={run}]"]
 
 
-def test_editing_the_user_class_reruns_import_cache_epochs_and_selection(byo_workdir: Path):
+def test_editing_the_user_class_reruns_import_cache_epochs_and_selection(byo_workdir: Path, monkeypatch: pytest.MonkeyPatch):
     source = byo_workdir / "models/spectrumfm_like.py"
     source.write_text(source.read_text().replace("x = x + 0.5 * self.ff2(x)", "x = x + 0.5 * self.ff2(x)  # edited"))
     expected = ["import_backbone[backbone=spectrum]", *after_cache("spectrum")]
     assert planned_jobs(byo_workdir, "validation_selection") == sorted(expected)
+    # issue 34: a step that loads the backbone after the edit (a job started before it) refuses; its Fix works as printed
+    folder = byo_workdir / "results/backbones/spectrum"
+    monkeypatch.chdir(byo_workdir)  # where the jobs run: the config's import_path is relative to it
+
+    def load() -> str:
+        record = json.loads((folder / SENTINEL_NAME).read_text())["backbone"]
+        return foreign.load(record, folder / BACKBONE_NAME, "backbones.spectrum")[1]
+
+    with pytest.raises(IntegrityError, match="changed since it was imported") as refused:
+        load()
+    assert fix_of(refused) == "rerun snakemake, which imports it again."
+    snakemake(byo_workdir, "validation_selection")
+    assert load() == json.loads((folder / SENTINEL_NAME).read_text())["backbone"]["fingerprint"]
 
 
 def test_editing_a_qualified_runs_user_class_is_refused_before_anything_runs_or_is_deleted(byo_finished: Path, tmp_path: Path):

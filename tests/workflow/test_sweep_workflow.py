@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from conftest import BIN, copy_workdir, plan_of, planned_jobs, snakemake, tiny_config, write_config
+from fixes import fix_of
+from rffm.config import entry_defaults
+from rffm.errors import ConfigError, IntegrityError
+from rffm.steps import select_checkpoint, train_epoch
 from rffm.training import sweep
 
 pytestmark = pytest.mark.workflow
@@ -81,7 +86,19 @@ def test_adding_an_lr_value_trains_only_the_new_members(selected: Path, tmp_path
     grown = {**GRID, "train.lr": [*GRID["train.lr"], 0.1]}
     write_config(workdir, sweep_config(grown))
     assert planned_jobs(workdir, "validation_selection") == sorted(EPOCHS + ["select_checkpoint[run=base]", "plot_training[run=base]"])
+    # issue 34: a selection or an epoch run by hand against the grown grid refuses; its Fix, rerunning snakemake, works
+    spec = entry_defaults("runs", {"run": "base", **sweep_config(grown)["runs"]["base"]})
+    run_dir = workdir / "results/runs/base"
+    select = partial(select_checkpoint.run, spec, [run_dir / f"epochs/{e}" for e in (1, 2, 3)], run_dir / "selection")
+    with pytest.raises(IntegrityError, match="its metrics hold no member") as refused:
+        select(store=str(workdir / "results"))
+    with pytest.raises(ConfigError, match="planned members") as planned:
+        train_epoch.check_planned_members(spec, sweep.plan_label({"run": "base", "sweep": GRID}))
+    assert fix_of(refused) == fix_of(planned) == "rerun snakemake."
     snakemake(workdir, "validation_selection")
+    sentinel = (run_dir / "selection/sentinel.json").read_bytes()
+    assert select(store=str(workdir / "results")).read_bytes() == sentinel  # the same call now selects, the same bytes
+    train_epoch.check_planned_members(spec, sweep.plan_label(spec))
     new = [m["name"] for m in sweep.members({"run": "base", "sweep": grown}) if m["name"] not in NAMES]
     assert new == ["lr=0.1,weight_decay=0.0", "lr=0.1,weight_decay=0.01"]
     for epoch in (1, 2, 3):

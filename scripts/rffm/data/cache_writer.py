@@ -199,19 +199,8 @@ def build(
     Two or more `devices` make the build data-parallel, one worker process per device (build_parallel), with the same
     bytes; one device (or none: `device`) is the one-process build."""
     if devices is not None and len(devices) > 1:
-        return build_parallel(
-            dataset_dir,
-            backbone_dir,
-            directory,
-            recipe_digest,
-            record,
-            devices=devices,
-            batch_size=batch_size,
-            batch_profile=batch_profile,
-            phases=phases,
-            trace_path=trace_path,
-            profile_batches=profile_batches,
-        )
+        options = {"batch_size": batch_size, "batch_profile": batch_profile, "trace_path": trace_path, "profile_batches": profile_batches}
+        return build_parallel(dataset_dir, backbone_dir, directory, recipe_digest, record, devices=devices, phases=phases, **options)
     if devices:
         device = torch.device(devices[0])
     model = encoders.load(record["backbone"], backbone_dir / BACKBONE_NAME, record["encoder"]["spec"], record["encoder"]["where"], device)
@@ -290,6 +279,33 @@ def worker_rows(count: int, workers: int, align: int) -> list[tuple[int, int]]:
     return [(min(index * chunk, count), min((index + 1) * chunk, count)) for index in range(workers)]
 
 
+def preallocate_all(directory: Path, record: dict[str, Any], counts: dict[str, int], phases: PhaseTimes) -> tuple[dict, dict]:
+    """Every split's hidden file at its full size, for the workers to map: ({split: row shape}, {split: path})."""
+    rows = {split: (counts[split], *record["cache"]["shapes"][split][1:]) for split in CACHED_SPLITS}
+    paths = {split: directory / hidden_file(split) for split in CACHED_SPLITS}
+    for split in CACHED_SPLITS:
+        with phases.phase("preallocation"):
+            target = preallocate(paths[split], rows[split])
+        del target  # the workers map the file themselves
+    return rows, paths
+
+
+def start_workers(devices: Sequence[str], threads: int, job: dict[str, Any]) -> list[tuple[Any, Connection]]:
+    """One spawned worker per device, each with the pipe it reports on (a CPU worker keeps `threads`: the same sums)."""
+    context = multiprocessing.get_context("spawn")
+    workers = []
+    for index, name in enumerate(devices):
+        receiver, sender = context.Pipe(duplex=False)
+        worker_threads = threads if torch.device(name).type == "cpu" else max(1, threads // len(devices))
+        process = context.Process(
+            target=work, args=(index, name, worker_threads, sender, job), name=f"rffm-cache-worker-{index}", daemon=True
+        )
+        process.start()
+        sender.close()
+        workers.append((process, receiver))
+    return workers
+
+
 def build_parallel(
     dataset_dir: Path,
     backbone_dir: Path,
@@ -305,14 +321,8 @@ def build_parallel(
     profile_batches: int = 0,
 ) -> dict[str, Any]:
     """build() over several devices: one spawned worker per device, each its row range of every split; the same files."""
-    shapes = record["cache"]["shapes"]
     counts = {split: split_count(dataset_dir / split_file(split)) for split in CACHED_SPLITS}
-    rows = {split: (counts[split], *shapes[split][1:]) for split in CACHED_SPLITS}
-    paths = {split: directory / hidden_file(split) for split in CACHED_SPLITS}
-    for split in CACHED_SPLITS:
-        with phases.phase("preallocation"):
-            target = preallocate(paths[split], rows[split])
-        del target  # the workers map the file themselves
+    rows, paths = preallocate_all(directory, record, counts, phases)
     threads = torch.get_num_threads()  # a CPU worker keeps the one-process build's threads (its sums, its bits)
     job = {
         "dataset_dir": dataset_dir,
@@ -326,19 +336,10 @@ def build_parallel(
         "trace_path": trace_path,
         "profile_batches": profile_batches,
     }
-    context = multiprocessing.get_context("spawn")
     workers: list[tuple[Any, Connection]] = []
     progress = Progress("build_cache", total=sum(counts.values()), unit="example")
     try:
-        for index, name in enumerate(devices):
-            receiver, sender = context.Pipe(duplex=False)
-            worker_threads = threads if torch.device(name).type == "cpu" else max(1, threads // len(devices))
-            process = context.Process(
-                target=work, args=(index, name, worker_threads, sender, job), name=f"rffm-cache-worker-{index}", daemon=True
-            )
-            process.start()
-            sender.close()
-            workers.append((process, receiver))
+        workers += start_workers(devices, threads, job)
         supervisor = Supervisor(directory, devices, workers, job, phases, progress)
         reports = supervisor.run()
     finally:
@@ -354,9 +355,7 @@ def build_parallel(
             fsync(paths[split])
         split_outputs(dataset_dir, directory, split, supervisor.digests[split].digest(), outputs)
     for report in reports:
-        for name, phase in report["phases"].items():
-            phases.totals[name] += phase["total_s"]
-            phases.counts[name] += phase["count"]
+        phases.merge(report["phases"])
     meta = seal_cache(directory, recipe_digest, record, supervisor.fingerprint, counts, outputs)
     return {
         "batch_size_max": batch_size,

@@ -21,11 +21,12 @@ ADAPTER_NORMALISATION = {
 
 
 def normalisation(adapter: dict[str, Any], native: bool) -> str:
-    """What the classifier does to its input before the head: an rffm backbone's own unit RMS, or the adapter's."""
+    """What is done to the IQ before the head reads it, for every card that states it (the selection's, the export's):
+    an rffm backbone's own unit RMS, or the input adapter's normalisation and layout; then the BF16 rounding."""
     if native and adapter.get("normalize", "none") == "none":  # the in-workflow backbone normalises inside itself
-        return f"inside the program: per-example unit RMS of the IQ window (iq / sqrt(mean(iq^2))); the backbone's {ROUNDING}"
+        return f"per-example unit RMS of the IQ window (iq / sqrt(mean(iq^2))); the backbone's {ROUNDING}"
     how = ADAPTER_NORMALISATION.get(adapter.get("normalize"), adapter.get("normalize"))
-    return f"inside the program: {how}, then the backbone's input layout {adapter.get('layout')}; the tapped {ROUNDING}"
+    return f"{how}, then the backbone's input layout {adapter.get('layout')}; the tapped {ROUNDING}"
 
 
 class Classifier(nn.Module):

@@ -49,6 +49,13 @@ class PhaseTimes:
             finally:
                 self.add(name, time.perf_counter() - started)
 
+    def merge(self, other: dict[str, dict[str, float]]) -> None:
+        """Add the totals and counts of another process's as_dict()."""
+        with self._lock:
+            for name, phase in other.items():
+                self.totals[name] += phase["total_s"]
+                self.counts[name] += phase["count"]
+
     def as_dict(self, prefix: str = "") -> dict[str, dict[str, float]]:
         with self._lock:
             return {prefix + name: {"total_s": round(total, 6), "count": self.counts[name]} for name, total in sorted(self.totals.items())}

@@ -61,7 +61,7 @@ def classifier_module(
     module = Classifier(encoder, head.eval())
     module.training = False  # not .eval(): a torch.export backbone refuses train(); every kind is loaded in eval mode
     module.requires_grad_(False)
-    how = normalisation(recorded["spec"]["adapter"], cached["backbone"]["source"] in NATIVE)
+    how = "inside the program: " + normalisation(recorded["spec"]["adapter"], cached["backbone"]["source"] in NATIVE)
     return module, {**blob, "length": encoder.length or length, "normalisation": how}
 
 

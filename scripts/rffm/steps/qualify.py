@@ -60,7 +60,6 @@ def run(
         head, blob = load_head(results, chosen["artifact"], RULE, selection_dir / SENTINEL_NAME)
         if blob["backbone_fingerprint"] != weights["backbone"]["fingerprint"]:
             raise IntegrityError(f"{results.where(chosen['artifact']['key'])} was trained on another backbone than {backbone_dir}")
-
         predict = predictor(cached, backbone_dir, head, step, batch_size, batch_profile, device)
         qualified = qualify_once(
             results,

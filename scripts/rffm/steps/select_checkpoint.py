@@ -95,10 +95,7 @@ def model_card(spec: dict[str, Any], published: dict[str, Any], checkpoint: dict
         "backbone": {"name": spec["backbone"], "fingerprint": checkpoint["backbone_fingerprint"]},
         "classes": checkpoint["classes"],
         "head_config": checkpoint["head_config"],
-        "input_normalization": (
-            "IQ float32 [N, 2, L]; per-example unit RMS inside the backbone; "
-            "the head reads per-token hidden states rounded to BF16 and computes in FP32"
-        ),
+        "input_normalization": f"IQ float32 [N, 2, L]; {epoch['input_normalisation']}",
         "training": dict(spec["train"]),
         "selection": evidence,
     }

@@ -152,10 +152,22 @@ def check(dataset_dir: Path, module: Classifier, program: Path, onnx_file: Path,
             logits["head"].append(module.head(rounded(theirs)).numpy())
             state_difference = max(state_difference, float((states - theirs).abs().max()))
             roundings += int((rounded(states) != rounded(theirs)).sum())
+    backbone = {"max_abs_state_difference": state_difference, "max_abs_state": state_max, "state_tolerance": ONNX_STATE_TOLERANCE}
+    backbone |= {"tolerance_used": state_used, "bf16_roundings_differing": roundings}
+    figures = figures_of(logits, labels, recorded, backbone, np.concatenate(bounds))
+    refuse_disagreement(val, figures, run)
+    return figures
+
+
+def figures_of(logits: dict[str, list], labels: np.ndarray, recorded: float | None, backbone: dict, bounds: np.ndarray) -> dict[str, Any]:
+    """The check's figures, as the model card records them: rffm's own accuracy, the .pt2's agreement and the ONNX
+    file's, end to end and by halves (its backbone's states, its head's logits on them)."""
     reference, pt2, onnx = (np.concatenate(logits[name]) for name in ("rffm", "pt2", "onnx"))
     head = np.concatenate(logits["head"]) if len(logits["head"]) == len(logits["rffm"]) else np.full_like(onnx, np.nan)
     rffm_accuracy = float((reference.argmax(axis=1) == labels).mean())
-    figures = {
+    head_figures = {**agreement(head, onnx, labels), "logit_tolerance": ONNX_LOGIT_TOLERANCE}
+    head_figures["tolerance_used"] = tolerance_used(head, onnx, **ONNX_LOGIT_TOLERANCE)
+    return {
         "split": "val",
         "examples": int(len(labels)),
         "rffm_accuracy": rffm_accuracy,
@@ -164,24 +176,12 @@ def check(dataset_dir: Path, module: Classifier, program: Path, onnx_file: Path,
         "pt2": agreement(reference, pt2, labels),
         "onnx": {
             **agreement(reference, onnx, labels),  # end to end: what a user of the file sees
-            "backbone": {
-                "max_abs_state_difference": state_difference,
-                "max_abs_state": state_max,
-                "state_tolerance": ONNX_STATE_TOLERANCE,
-                "tolerance_used": state_used,
-                "bf16_roundings_differing": roundings,
-            },
-            "head": {
-                **agreement(head, onnx, labels),
-                "logit_tolerance": ONNX_LOGIT_TOLERANCE,
-                "tolerance_used": tolerance_used(head, onnx, **ONNX_LOGIT_TOLERANCE),
-            },
-            "end_to_end": end_to_end(reference, onnx, np.concatenate(bounds)),
+            "backbone": backbone,
+            "head": head_figures,
+            "end_to_end": end_to_end(reference, onnx, bounds),
         },
         "device": "cpu",
     }
-    refuse_disagreement(val, figures, run)
-    return figures
 
 
 def fix(run: str) -> str:

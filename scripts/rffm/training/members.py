@@ -15,10 +15,12 @@ from typing import Any
 
 import torch
 
+from rffm.backbone_kinds import NATIVE
 from rffm.data.cache_format import recipe
 from rffm.data.cache_local import ensure
 from rffm.data.cache_reader import open_cache
 from rffm.errors import IntegrityError
+from rffm.model.classifier import normalisation
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
 from rffm.records.layout import CHECKPOINT_NAME, EPOCH_FILES, METRICS_NAME, SENTINEL_NAME
@@ -144,6 +146,8 @@ def train(epoch: Epoch, todo: list[Member], step: Step, device: str, results: St
     splits, meta = open_cache(directory, recipe(cache.record), step.rule)
     if meta["backbone_fingerprint"] != cache.record["backbone_fingerprint"]:
         raise IntegrityError(f"{directory}/meta.json: backbone fingerprint disagrees with the cache record {cache.record_dir}")
+    native = cache.record["backbone"]["source"] in NATIVE
+    normalised = normalisation(cache.record["encoder"]["spec"]["adapter"], native)  # the model card states it
     with tempfile.TemporaryDirectory() as traces:
         trained, details = train_heads(
             [m.to_train() for m in todo],
@@ -160,6 +164,7 @@ def train(epoch: Epoch, todo: list[Member], step: Step, device: str, results: St
         step.details.update(details)
         for m, result in zip(todo, trained, strict=True):
             save(m, result, meta["backbone_fingerprint"], step)
+            m.step.facts["input_normalisation"] = normalised
         for trace in sorted(Path(traces).glob("*.trace.json")):
             publish_trace(given_store(results, step.rule), epoch.spec["run"], trace)
     for m in todo:
@@ -193,4 +198,6 @@ def write_bundle(step: Step, group: list[Member], epoch: int) -> None:
         m.name: {"settings": m.settings, "metrics": m.step.facts["metrics"], "sentinel_sha256": sha256_bytes(files[m.name][SENTINEL_NAME])}
         for m in group
     }
-    step.facts.update({"backbone_fingerprint": group[0].step.facts["backbone_fingerprint"], "members": members})
+    first = group[0].step.facts
+    step.facts.update({"backbone_fingerprint": first["backbone_fingerprint"], "input_normalisation": first["input_normalisation"]})
+    step.facts["members"] = members
