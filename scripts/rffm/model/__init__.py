@@ -1,1 +1,2 @@
-"""The model: frozen backbone, classifier head, the end-to-end reference CNN and metrics (their training: rffm.training)."""
+"""The model: frozen backbones (rffm's and users'), the encoder that reads them, the classifier head, the exportable
+classifier and its serialisers, the end-to-end reference CNN and metrics (their training: rffm.training)."""

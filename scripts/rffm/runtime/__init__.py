@@ -1,1 +1,2 @@
-"""How steps run: device and threads, adaptive batching, progress, profiling, TensorBoard."""
+"""How steps run: device and threads, the devices of a node shared by its jobs, adaptive batching, progress,
+profiling, TensorBoard."""
