@@ -299,6 +299,40 @@ def selected_tree(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "selected", build)
 
 
+def grid_config(colocate: str | None = None) -> dict:
+    """A grid on one cache (issue 36): the tiny run `base` as it is, plus `second` and `third` on its dataset and backbone
+    (2 epochs each, their own seeds, not exported); `colocate` sets cache.colocate (absent: the schema's default)."""
+    config = tiny_config()
+    base = config["runs"]["base"]
+    for name, seed in (("second", 1), ("third", 2)):
+        train = {**base["train"], "epochs": 2, "seed": seed}
+        config["runs"][name] = {"dataset": "tiny", "backbone": "mini", "train": train, "export": False}
+    if colocate:
+        config["cache"]["colocate"] = colocate
+    return config
+
+
+@pytest.fixture(scope="session")
+def grid_tree(selected_tree: Path, tmp_path_factory) -> Path:
+    """The grid run locally to its validation selections, once per session (the selected tiny tree plus the two new
+    runs): the reference of the executors' co-location tests. Read it or copy it."""
+
+    def build(root: Path) -> None:
+        workdir = copy_workdir(selected_tree, root / "work")
+        write_config(workdir, grid_config())
+        snakemake(workdir, "validation_selection")
+
+    return built_once(tmp_path_factory, "grid", build) / "work"
+
+
+def artifact_digests(results: Path) -> dict[str, str]:
+    """relative path -> sha256 of every file under results/artifacts/ (the selected classifiers)."""
+    from rffm.records.files import sha256_file
+
+    root = results / "artifacts"
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 # ---- one run of every kind, qualified (the guarantee matrix: tests/workflow/test_guarantee_matrix.py) ----
 # kind -> the run (or reference) that stands for it in matrix_config()
 RUN_KINDS = {

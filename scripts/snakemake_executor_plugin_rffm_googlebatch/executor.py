@@ -309,7 +309,10 @@ class Executor(GoogleBatchExecutor):
         return batch_v1.AllocationPolicy.NetworkPolicy(network_interfaces=[interface])
 
     def local_ssd_gb(self, job) -> int:
-        size = int(self.get_param(job, "local_ssd_gb") or 0)
+        """The VM's one local SSD, mounted at the cache directory. A group job's members share it (a co-located cache is
+        built there once), so it is the largest member's size, never Snakemake's sum over members that may run at once."""
+        members = job.jobs if job.is_group() else [job]
+        size = max(int(self.get_param(member, "local_ssd_gb") or 0) for member in members)
         if size % LOCAL_SSD_PARTITION_GB:
             raise WorkflowError(f"rule(s) {job.name}: local SSD size {size} GB is not a multiple of {LOCAL_SSD_PARTITION_GB} GB.")
         return size

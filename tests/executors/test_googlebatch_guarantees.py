@@ -47,6 +47,7 @@ def two_runs(epochs: int = 3) -> dict:
     config["runs"]["base"]["train"]["epochs"] = epochs
     other = {"dataset": "tiny", "backbone": "mini", "train": {"epochs": 3, "lr": 0.01, "batch_size": 16, "seed": 1}, "export": False}
     config["runs"]["other"] = other  # neither run exported: the export on this executor is its end-to-end test's
+    config["cache"]["colocate"] = "per-run"  # a group job per run (tests/executors/test_colocation.py: per-cache)
     return config
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, snakemake, tiny_config, write_config
+from conftest import REPO, artifact_digests, grid_config, snakemake, tiny_config, write_config
 from rffm.records.files import read_json, sha256_file
 
 PROFILE = REPO / "profiles" / "slurm"
@@ -41,7 +42,7 @@ def test_the_slurm_profile_combines_with_the_workflow_profile(monkeypatch):
     assert args.default_resources["slurm_partition"].raw == "cpu" and args.default_resources["mem_mb"].value == 4000
     for rule in GPU_RULES:
         assert args.set_resources[rule]["gpu"].value == 1 and args.set_resources[rule]["slurm_partition"].raw == "gpu"
-    assert not args.groups  # the workflow's rules name the groups (one job per run's epochs)
+    assert not args.groups  # the workflow's rules name the groups (one job per cache or per run: cache.colocate)
     assert args.config == ["launch_profile=slurm", "device=cuda"]  # GPU rules compute on the GPU they book
     assert len(args.rerun_triggers) == 5
 
@@ -103,3 +104,36 @@ def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, fini
         manifest["selection"]["artifact_sha256"]
         == read_json(finished_workdir / "results/runs/base/selection/selection.json")["artifact_sha256"]
     )
+
+
+SBATCH = re.compile(r"sbatch call: (.*)$", re.MULTILINE)
+
+
+@pytest.mark.workflow
+def test_a_grid_on_one_cache_builds_it_once_in_one_sbatch_job(cluster, tmp_path: Path, grid_tree: Path):
+    """Issue 36, per-cache (the default): three runs on one cache are one sbatch job that builds the cache once and
+    trains every epoch; the artifacts are the local grid's, byte for byte. The test node has one GPU: --cores 1 lets the
+    group run one member at a time, so it books one GPU (with more cores it books one per epoch that can run at once)."""
+    workdir = tmp_path / "grid"
+    workdir.mkdir()
+    write_config(workdir, grid_config())
+    known = set(slurm_jobs())
+    result = snakemake(workdir, "--profile", str(PROFILE), *FAST_POLLING, "--cores", "1", "--verbose", "validation_selection", timeout=900)
+    jobs = {job: value for job, value in slurm_jobs().items() if job not in known}
+    assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
+    rules = sorted(comment.split("_wildcards_")[0] for _, comment in jobs.values())
+    assert rules == ["rule_cache_tiny__mini", "rule_pretrain_backbone", *["rule_select_checkpoint"] * 3, "rule_stage_dataset"], rules
+    [group] = [job for job, (_, comment) in jobs.items() if comment == "rule_cache_tiny__mini"]
+    [call] = [line for line in SBATCH.findall(result.stdout + result.stderr) if "rule_cache_tiny__mini" in line]
+    assert re.findall(r"--gpus=\d+", call) == ["--gpus=1"] and "--mem 32000" in call, call  # one member at a time
+    assert re.search(r" -t '?200\b", call), call  # 60 min + 7 epochs x 20 min: the members' runtimes summed
+    [log] = (workdir / ".snakemake/slurm_logs").glob(f"group_cache_tiny__mini*/{group}.log")
+    [step] = [line for line in log.read_text().splitlines() if line.startswith("The call for this job is: srun")]
+    assert "--gpus=1 " in step and all(f"'train_epoch:run={run},epoch=1'" in step for run in ("base", "second", "third")), step
+
+    results = workdir / "results"
+    assert read_json(results / "caches/tiny__mini/provenance.json")["job_id"] == group
+    epochs = [read_json(p) for p in sorted(results.glob("runs/*/epochs/*/provenance.json"))]
+    assert len(epochs) == 7 and {e["job_id"] for e in epochs} == {group}
+    assert not [e for e in epochs if "cache_build" in e], "an epoch built the cache again"
+    assert artifact_digests(results) == artifact_digests(grid_tree / "results")

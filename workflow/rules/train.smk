@@ -9,7 +9,7 @@ rule train_epoch:
     log:
         log_path("train_epoch", "{run}/{epoch}"),
     group:
-        "train_{run}"
+        epoch_group
     threads: config["epoch_threads"]
     resources:
         **CACHE_RESOURCES,

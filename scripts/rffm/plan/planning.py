@@ -55,6 +55,40 @@ def note_node_checks(workflow: Any, config: dict[str, Any]) -> None:
         )
 
 
+def colocation_lines(config: dict[str, Any]) -> list[str]:
+    """One line per cache the runs read: how its build and its readers' epochs are grouped on a cluster
+    (config cache.colocate, workflow/rules/common.smk: groups) and how many cache builds that implies."""
+    mode = config["cache"]["colocate"]
+    readers: dict[tuple[str, str], list[str]] = {}
+    for name, run in config["runs"].items():
+        readers.setdefault((run["dataset"], run["backbone"]), []).append(name)
+    lines = []
+    for (dataset, backbone), runs in readers.items():
+        epochs = [config["runs"][run]["train"]["epochs"] for run in runs]
+        plural = "s" if len(runs) > 1 else ""
+        work = f"{len(runs)} run{plural} x {epochs[0]} epochs" if len(set(epochs)) == 1 else f"{len(runs)} runs, {sum(epochs)} epochs"
+        head = f"note: plan: cache {dataset}__{backbone}: "
+        if len(runs) == 1:
+            lines.append(f"{head}1 cache build, {work} in one group job (train_{runs[0]}: one run reads it, either cache.colocate)")
+        elif mode == "per-cache":
+            lines.append(
+                f"{head}1 cache build, {work} in one group job (cache_{dataset}__{backbone}: one VM or node; cache.colocate: per-cache)"
+            )
+        else:
+            lines.append(
+                f"{head}{len(runs) + 1} cache builds (its own job and one on each run's node), {work} in {len(runs)} group jobs "
+                "(cache.colocate: per-run)"
+            )
+    return lines
+
+
+def note_colocation(workflow: Any, config: dict[str, Any]) -> None:
+    """On cluster nodes or VMs, how each cache's jobs are grouped, one line each on stderr (colocation_lines)."""
+    if planning(workflow) and rffm_config.where_jobs_run(workflow) == NODES:
+        for line in colocation_lines(config):
+            print(line, file=sys.stderr)
+
+
 def worker_container(environ: dict[str, str] = os.environ) -> str | None:
     """The worker image (envs/Dockerfile) every job runs in, pinned by digest (RFFM_WORKER_IMAGE), or None."""
     from snakemake.exceptions import WorkflowError

@@ -1,0 +1,130 @@
+"""Co-location by cache on Google Batch (issue 36; fake Batch API + GCS emulator, the real profile).
+
+A grid of three runs on one (dataset, backbone) cache (conftest.grid_config). With `cache.colocate: per-cache`
+(the default) the plan is one group job — one VM — that builds the cache once and trains every epoch of the three
+runs; `per-run` plans today's groups (the cache's own job, one job per run). The per-cache run's artifacts are
+byte-identical to the local run of the grid (conftest.grid_tree: locally groups are ignored, so it stands for either
+mode); the per-run groups run for real in test_googlebatch_guarantees.py (two runs on one cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from batch_support import (
+    FAST,
+    bucket_objects,
+    create_bucket,
+    gcs_emulator,
+    instance,
+    make_checkout,
+    output,
+    profile_env,
+    run_fake_batch,
+    write_checkout_config,
+)
+from test_googlebatch_guarantees import targets
+
+from conftest import BIN, JOB_HEADER, WILDCARDS, artifact_digests, grid_config
+
+BUCKET = "rffm-colocation"
+RESULTS = "rffm/results"
+EPOCHS = {"base": 3, "second": 2, "third": 2}
+GROUP_HEADER = re.compile(r"Group job (\S+) \(")
+
+
+def epochs_of(run: str) -> list[str]:
+    return [f"train_epoch[run={run}, epoch={e}]" for e in range(1, EPOCHS[run] + 1)]
+
+
+def group_jobs(dry_run: str) -> dict[str, list[str]]:
+    """group -> its member jobs (sorted 'rule[wildcards]'), from a dry run's output."""
+    groups: dict[str, list[str]] = {}
+    group = None
+    for line in dry_run.splitlines():
+        if match := GROUP_HEADER.search(line):
+            group = groups.setdefault(match.group(1), [])
+        elif (match := JOB_HEADER.match(line)) and group is not None:
+            if not line.startswith((" ", "\t")):  # a job outside the group ends it
+                group = None
+            else:
+                group.append(match.group(1))
+        elif group and (match := WILDCARDS.match(line)) and "[" not in group[-1]:
+            group[-1] += f"[{match.group(1)}]"
+    return {name: sorted(members) for name, members in groups.items()}
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with gcs_emulator() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    return make_checkout(tmp_path_factory.mktemp("checkout"), grid_config())
+
+
+def dry_run(checkout: Path, emulator: str, colocate: str) -> str:
+    """`snakemake --profile profiles/gcp-batch -n validation_selection` as a user types it (the plan's notes need the
+    command line), with cache.colocate set."""
+    write_checkout_config(checkout, grid_config(colocate))
+    environ = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "STORAGE_EMULATOR_HOST": emulator, **profile_env(BUCKET)}
+    command = [str(BIN / "snakemake"), "--profile", "profiles/gcp-batch", "-n", "validation_selection"]
+    result = subprocess.run(command, cwd=checkout, env=environ, capture_output=True, text=True)
+    assert result.returncode == 0, output(result)
+    return result.stdout + result.stderr
+
+
+def test_per_cache_plans_one_group_job_and_per_run_todays_groups(checkout, emulator):
+    create_bucket(emulator, BUCKET)
+    per_cache = dry_run(checkout, emulator, "per-cache")
+    every_epoch = [job for run in EPOCHS for job in epochs_of(run)]
+    assert group_jobs(per_cache) == {"cache_tiny__mini": sorted(["build_cache[dataset=tiny, backbone=mini]", *every_epoch])}
+    assert "note: plan: cache tiny__mini: 1 cache build, 3 runs, 7 epochs in one group job (cache_tiny__mini: one VM or node; " \
+        "cache.colocate: per-cache)" in per_cache  # fmt: skip
+    per_run = dry_run(checkout, emulator, "per-run")
+    assert group_jobs(per_run) == {
+        "cache_tiny__mini": ["build_cache[dataset=tiny, backbone=mini]"],
+        **{f"train_{run}": epochs_of(run) for run in EPOCHS},
+    }
+    assert "note: plan: cache tiny__mini: 4 cache builds (its own job and one on each run's node), 3 runs, 7 epochs in 3 group " \
+        "jobs (cache.colocate: per-run)" in per_run  # fmt: skip
+
+
+def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(checkout, emulator, tmp_path, grid_tree):
+    """The real run (per-cache, the default): one Batch job holds the cache build and the 7 epochs; no epoch built a cache;
+    one L4 and one local SSD on that VM; every artifact byte-identical to the local grid's."""
+    create_bucket(emulator, BUCKET)
+    write_checkout_config(checkout, grid_config())
+    result, report = run_fake_batch(checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", *FAST,
+                                    "validation_selection", env=profile_env(BUCKET))  # fmt: skip
+    assert result.returncode == 0, output(result)
+    names = sorted(job["job_id"].rsplit("-", 1)[0] for job in report["jobs"])
+    assert names == ["cache-tiny-mini-build-cache-train-epoch", "pretrain-backbone", *["select-checkpoint"] * 3, "stage-dataset"]
+    [group] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-")]
+    epochs = [f"train_epoch:run={run},epoch={e}" for run in EPOCHS for e in range(1, EPOCHS[run] + 1)]
+    assert targets(group) == sorted(["build_cache:dataset=tiny,backbone=mini", *epochs])
+    assert [job for job in report["jobs"] if any(t.startswith("build_cache") for t in targets(job))] == [group]
+    policy = instance(group)["policy"]
+    assert [(a["type_"], a["count"]) for a in policy["accelerators"]] == [("nvidia-l4", "1")]
+    assert [d["new_disk"]["size_gb"] for d in policy["disks"]] == ["375"], "one local SSD, never the members' sum"
+
+    objects = bucket_objects(emulator, BUCKET)
+    provenance = {run: [json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{e}/provenance.json"].download_as_text())
+                        for e in range(1, EPOCHS[run] + 1)] for run in EPOCHS}  # fmt: skip
+    assert not [(run, p["epoch"]) for run, ps in provenance.items() for p in ps if "cache_build" in p], "an epoch built a cache"
+    assert {p["job_id"] for ps in provenance.values() for p in ps} == {group["name"]}
+    artifacts = {
+        name.removeprefix(f"{RESULTS}/artifacts/"): hashlib.sha256(blob.download_as_bytes()).hexdigest()
+        for name, blob in objects.items()
+        if name.startswith(f"{RESULTS}/artifacts/")
+    }
+    reference = artifact_digests(grid_tree / "results")
+    assert len(reference) >= 3 and artifacts == reference
