@@ -63,7 +63,7 @@ if wanted == "cpu" and cuda:
 endef
 export torch_check
 
-.PHONY: setup run test test-quick lint floor compare rml2018-compare docs clean torch-choice example-weights
+.PHONY: setup run test test-quick lint floor compare rml2018-compare docs figures clean torch-choice example-weights
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +142,11 @@ rml2018-compare: setup
 # Regenerate config/REFERENCE.md from the config schema.
 docs: setup
 	$(BIN)/rffm config_reference --write config/REFERENCE.md
+
+# Rewrite every figure README.md and workflow/docs/performance.md mark (<!-- rec NAME PATH FORMAT -->) from its
+# committed record, workflow/docs/records/NAME.json (written by `rffm record NAME -- COMMAND`); prints how many remain.
+figures: setup
+	$(BIN)/rffm figures
 
 # Where the workflow ran as root the ledger entries are immutable (chattr +i): rffm clears the flag first, naming each.
 clean:

@@ -17,12 +17,14 @@ from rffm.cli.everyday import (
     bench_sweep,
     compare,
     config_reference,
+    figures,
     install_profiles,
     mlflow,
     posttrain,
     predict,
     preflight,
     prune,
+    record,
     release_immutable,
     status,
     tensorboard,
@@ -66,6 +68,7 @@ def parser() -> argparse.ArgumentParser:
     sub = verb(compare, text)
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
+    sub.add_argument("--json", action="store_true", help="print the table, then its rows as one JSON object (the last line)")
     sub = verb(status, "Show every run's progress and results (reads sentinels only).")
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
@@ -140,6 +143,21 @@ def parser() -> argparse.ArgumentParser:
     mode = sub.add_mutually_exclusive_group()
     mode.add_argument("--check", metavar="DOC", help="exit 1 unless DOC's generated section matches the schema")
     mode.add_argument("--write", metavar="DOC", help="rewrite DOC's generated section from the schema")
+    text = "Run a measuring command (after --) and write its printed JSON with commit, date, machine and command as a record."
+    sub = verb(record, text)
+    sub.add_argument("name", help="the record's name: RECORDS/NAME.json")
+    sub.add_argument(
+        "command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments (after NAME --; options first)"
+    )
+    sub.add_argument("--out-dir", default="workflow/docs/records", help="the records folder (default: workflow/docs/records)")
+    sub.add_argument("--cwd", help="run the command in this folder (its git HEAD is the record's commit; default: here)")
+    sub.add_argument("--note", help="what the command alone does not say, e.g. 'from a clean clone, setup included'")
+    text = "Rewrite every figure the docs mark (<!-- rec NAME PATH FORMAT -->) from the records; --check: only list the differences."
+    sub = verb(figures, text)
+    docs = ["README.md", "workflow/docs/performance.md", "config/README.md"]
+    sub.add_argument("docs", nargs="*", default=docs, help="the documents (default: README.md, performance.md, config/README.md)")
+    sub.add_argument("--records", default="workflow/docs/records", help="the records folder (default: workflow/docs/records)")
+    sub.add_argument("--check", action="store_true", help="change nothing; exit 1 when a marked figure differs from its record")
 
     bench = verbs.add_parser("bench", help="Benchmarks that print measured ratios (last line: JSON).")
     benches = bench.add_subparsers(dest="bench", required=True)

@@ -35,6 +35,10 @@ def compare(args: argparse.Namespace) -> int:
         print(f"no qualified runs or references under {args.results_dir}/{RUNS}")
         return 1
     print(render(rows))
+    if args.json:
+        from rffm.ops.compare import as_json
+
+        print(as_json(rows))
     return 0
 
 
@@ -236,6 +240,20 @@ def config_reference(args: argparse.Namespace) -> int:
         return 0
     print(reference.render(schema), end="")
     return 0
+
+
+def record(args: argparse.Namespace) -> int:
+    from rffm.report.measurement import record as write_record
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    write_record(args.name, command, Path(args.out_dir), Path(args.cwd) if args.cwd else None, args.note)
+    return 0
+
+
+def figures(args: argparse.Namespace) -> int:
+    from rffm.report.figures import main as regenerate
+
+    return regenerate(args.docs, Path(args.records), check=args.check)
 
 
 def bench_cache(args: argparse.Namespace) -> int:

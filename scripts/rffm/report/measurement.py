@@ -1,0 +1,155 @@
+"""`rffm record NAME -- COMMAND...`: run a measuring command and keep what it printed as a committed record.
+
+A record is one JSON file, workflow/docs/records/NAME.json (the folder the documentation's figures are generated
+from: rffm.report.figures), holding
+  output    the JSON object the command printed last (`rffm bench cache|sweep|staging`, `rffm compare --json`), or
+            null for a command that prints none (`make run`: its figure is the wall time);
+  printed   the other lines it printed on stdout (the last 200), as the reader saw them;
+  wall_s    the command's wall-clock time, measured here; cpu_s, the CPU seconds of it and every process it waited
+            for; exit_code (always 0: a failed command writes no record);
+  command   the command as typed (shell-quoted), and the folder it ran in relative to the checkout when inside it;
+  commit    the checkout's HEAD (and whether tracked files differed from it), date (UTC, the start);
+  machine   CPU model, cores (online and usable by this process), RAM, GPUs (nvidia-smi), the load average before
+            and after, the platform; never the host's name;
+  note      what the command alone does not say (e.g. "from a clean clone, setup included").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rffm.errors import RffmError
+
+RECORDS = Path("workflow/docs/records")  # relative to the checkout
+PRINTED_LINES = 200
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def machine() -> dict[str, Any]:
+    """The machine as this process sees it (no host name)."""
+    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines() if line.startswith("model name")), None)
+    mem_kb = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines() if line.startswith("MemTotal:")), None)
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+        gpus = [line.strip() for line in listed.stdout.splitlines() if line.strip()] if listed.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        gpus = []
+    return {
+        "cpu_model": cpu or platform.processor() or None,
+        "cores_online": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "ram_gb": round(mem_kb / 2**20, 1) if mem_kb else None,
+        "gpus": gpus,
+        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "python": platform.python_version(),
+    }
+
+
+def checkout_commit(folder: Path) -> dict[str, Any]:
+    """{commit: HEAD of the git checkout holding `folder`, dirty: tracked files differ from it} (None: not a checkout)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder, capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": head, "dirty": bool(changed.strip())}
+
+
+def last_json(lines: list[str]) -> tuple[Any, list[str]]:
+    """(the JSON value of the last non-empty line if it is one, else None; the other lines)."""
+    for index in range(len(lines) - 1, -1, -1):
+        if not lines[index].strip():
+            continue
+        try:
+            value = json.loads(lines[index])
+        except ValueError:
+            return None, lines
+        if not isinstance(value, dict | list):
+            return None, lines
+        return value, lines[:index] + lines[index + 1 :]
+    return None, lines
+
+
+def run_and_capture(command: list[str], cwd: Path) -> tuple[int, list[str], float, float]:
+    """Run `command` in `cwd`, echoing its stdout line by line (stderr passes through): (exit code, lines, wall seconds,
+    CPU seconds of the command and the processes it waited for)."""
+    start, cpu = time.monotonic(), _children_cpu()
+    try:
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, text=True, bufsize=1)
+    except OSError as exc:
+        raise RffmError(f"{shlex.join(command)}: cannot start it ({exc}). Fix: check the command after `--`") from exc
+    lines = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        lines.append(line.rstrip("\n"))
+    code = process.wait()
+    return code, lines, time.monotonic() - start, _children_cpu() - cpu
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every finished descendant this process waited for, theirs included."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def record(name: str, command: list[str], out_dir: Path, cwd: Path | None = None, note: str | None = None) -> Path:
+    """Run the command and write out_dir/NAME.json (see the module docstring); a command that fails writes nothing."""
+    if not name or "/" in name or "." in name or name.startswith("-"):
+        raise RffmError(
+            f"record name {name!r}: not a record name. Fix: name it with letters, digits, _ and - only, e.g. bench_cache_default"
+        )
+    if not command:
+        raise RffmError("the command: none given. Fix: put the command after `--`, e.g. rffm record NAME -- rffm bench cache")
+    folder = (cwd or Path.cwd()).resolve()
+    load_before = os.getloadavg()
+    started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    code, lines, wall, cpu = run_and_capture(command, folder)
+    if code != 0:
+        raise RffmError(f"`{shlex.join(command)}`: exited {code}; no record written. Fix: make the command succeed, then record it again")
+    output, printed = last_json(lines)
+    checkout = Path.cwd().resolve()
+    body = {
+        "name": name,
+        "command": shlex.join(command),
+        "cwd": str(folder.relative_to(checkout)) if folder.is_relative_to(checkout) else "(outside the checkout)",
+        **checkout_commit(folder),
+        "date": started.isoformat().replace("+00:00", "Z"),
+        "machine": {
+            **machine(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "exit_code": code,
+        "note": note,
+        "output": output,
+        "printed": printed[-PRINTED_LINES:],
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(body, indent=1, sort_keys=False) + "\n")
+    print(f"rffm record: wrote {path}", file=sys.stderr)
+    return path
