@@ -488,9 +488,9 @@ def all_final_reports():
 
 
 def reference_spec(wildcards):
-    return as_json(
-        {"run": wildcards.reference, **config["references"][wildcards.reference]}
-    )
+    """A reference's config; its sweep as [key, values] pairs (the grid's order), as a run's."""
+    reference = config["references"][wildcards.reference]
+    return as_json({"run": wildcards.reference, **reference, **sweep_pairs(reference)})
 
 
 def reference_train_inputs(wildcards):

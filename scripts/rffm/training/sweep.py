@@ -37,6 +37,9 @@ SWEEP_KEYS = (
     "train.head.dropout",
     "train.head.taps",
 )
+# Keys a reference's sweep may vary (references.<id>.sweep): those of the CNN's train block that a run's sweep varies,
+# and its epochs (each member trains alone, its one-cycle schedule over its own epochs). Not batch_size or seed, as runs.
+REFERENCE_SWEEP_KEYS = ("train.lr", "train.weight_decay", "train.epochs")
 ORDER_TEXT = "itertools.product over the sweep's keys in the order written, values in the order written (last key fastest)"
 BUNDLE_FORMAT = "rffm-sweep-epoch/1"
 MEMBER_FILES = (CHECKPOINT_NAME, METRICS_NAME, SENTINEL_NAME)
@@ -55,16 +58,19 @@ def member_name(settings: dict[str, Any]) -> str:
     return ",".join(f"{key.removeprefix('train.')}={value}" for key, value in shown.items()) or "default"
 
 
-def members(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The sweep's members in grid order: [{name, settings: {dotted key: value}}]; one member without a sweep."""
+def members(spec: dict[str, Any], section: str = "runs") -> list[dict[str, Any]]:
+    """The sweep's members in grid order: [{name, settings: {dotted key: value}}]; one member without a sweep.
+    `section`: runs, or references (whose sweep varies REFERENCE_SWEEP_KEYS)."""
     pairs = grid(spec)
+    allowed = REFERENCE_SWEEP_KEYS if section == "references" else SWEEP_KEYS
+    where = f"{section}.{spec['run']}.sweep"
     for key, values in pairs:
-        if key not in SWEEP_KEYS:
-            raise ConfigError(f"runs.{spec['run']}.sweep: {key!r} cannot be swept. Fix: use one of {', '.join(SWEEP_KEYS)}.")
+        if key not in allowed:
+            raise ConfigError(f"{where}: {key!r} cannot be swept. Fix: use one of {', '.join(allowed)}.")
         if not values:
-            raise ConfigError(f"runs.{spec['run']}.sweep.{key}: no values. Fix: list at least one value, or drop the key.")
+            raise ConfigError(f"{where}.{key}: no values. Fix: list at least one value, or drop the key.")
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"runs.{spec['run']}.sweep.{key}: a value is listed twice. Fix: list each value once.")
+            raise ConfigError(f"{where}.{key}: a value is listed twice. Fix: list each value once.")
     keys = [key for key, _ in pairs]
     points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*(values for _, values in pairs))]
     return [{"name": member_name(point), "settings": point} for point in points]
