@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, PROFILED_TRACES, SNAKEFILE, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
+from conftest import BIN, PROFILED_TRACES, SNAKEFILE, plan_of, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -144,7 +144,9 @@ def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(work
     grid = {"train.lr": [0.01, 0.03]}
     config["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train, "sweep": grid}}
     write_config(workdir, config)
-    assert planned_jobs(workdir) == ["plot_comparison", "qualify_reference[reference=cnn]", "train_reference[reference=cnn]"]
+    plan = snakemake(workdir, "-n", "-p").stdout
+    assert plan_of(plan) == ["plot_comparison", "qualify_reference[reference=cnn]", "train_reference[reference=cnn]"]
+    assert "--members '[lr=0.01] [lr=0.03]'" in plan  # the dry run names the members, as an epoch job's
     snakemake(workdir)
     assert planned_jobs(workdir) == []
     shown = subprocess.run(

@@ -493,6 +493,15 @@ def reference_spec(wildcards):
     return as_json({"run": wildcards.reference, **reference, **sweep_pairs(reference)})
 
 
+def reference_members(wildcards):
+    """A reference sweep's members named in train_reference's command, so `snakemake -n -p` shows them."""
+    reference = config["references"][wildcards.reference]
+    label = sweep.plan_label(
+        {"run": wildcards.reference, **sweep_pairs(reference)}, "references"
+    )
+    return f"--members {shlex.quote(label)}" if label else ""
+
+
 def reference_train_inputs(wildcards):
     FROZEN.refuse(wildcards.reference)
     dataset = config["references"][wildcards.reference]["dataset"]

@@ -46,8 +46,8 @@ def run(
         splits = {name: read_split(dataset_dir / split_file(name)) for name in ("train", "val")}
         train = splits["train"]
         rows = options_rows(spec["train"], train["label"], train["snr_db"])  # the labelled subset (all rows by default)
-        trained = [train_cnn(sweep.member_spec(spec, m), train, splits["val"], classes, rows) for m in members]  # grid order
         rule = spec["selection"]
+        trained = [kept(train_cnn(sweep.member_spec(spec, m), train, splits["val"], classes, rows), rule) for m in members]
         if names:  # every (member, epoch) is a candidate: epochs ascending, members in grid order
             candidates = [
                 {**m, "member": name}
@@ -97,3 +97,11 @@ def run(
         if spec["train"].get("labels_per_class_snr") is not None:  # label-scarce: the rows it read labels of
             step.facts["labels"] = subset_facts(spec["train"], rows, len(train["label"]))
     return step.sentinel
+
+
+def kept(trained: tuple, rule: dict[str, str]) -> tuple:
+    """A member's (config, history, states) with only its own best epoch's state: the one the sweep can choose (the best
+    (member, epoch) is its member's best epoch, ties alike), so K members hold K states, not K x epochs."""
+    config, history, states = trained
+    epoch = choose(history, rule["metric"], rule["mode"])["epoch"]
+    return config, history, {epoch: states[epoch]}

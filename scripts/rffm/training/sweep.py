@@ -99,10 +99,17 @@ def is_bundle(spec: dict[str, Any]) -> bool:
     return len(members(spec)) > 1
 
 
-def plan_label(spec: dict[str, Any]) -> str:
-    """The members as `snakemake -n` shows them in the epoch job's params (empty for a plain run)."""
-    found = members(spec)
+def plan_label(spec: dict[str, Any], section: str = "runs") -> str:
+    """The members as `snakemake -n` shows them in the epoch (or train_reference) job's params (empty for a plain run)."""
+    found = members(spec, section)
     return " ".join(f"[{m['name']}]" for m in found) if len(found) > 1 else ""
+
+
+def check_planned(spec: dict[str, Any], planned: str, section: str) -> None:
+    """Stop when the plan named other members than this code computes from the spec (a planner of other code)."""
+    computed = plan_label(spec, section)
+    if planned != computed:
+        raise ConfigError(f"{section}.{spec['run']}.sweep: planned members {planned!r}, computed {computed!r}. Fix: rerun snakemake.")
 
 
 # ---- the bundle: one zip, per member the files of its plain epoch ----
