@@ -169,6 +169,8 @@ def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(work
         said = refused.stdout + refused.stderr
         assert refused.returncode != 0 and "references.cnn was qualified" in said and "references.cnn.sweep.train.lr" in said, dry
     assert {p: p.read_bytes() for p in sorted((workdir / "results").rglob("*")) if p.is_file()} == before
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(workdir / "results")], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 def test_a_label_scarce_run_qualifies_on_k_labels_and_changing_k_never_touches_the_cache(workdir: Path):
