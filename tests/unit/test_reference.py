@@ -155,10 +155,25 @@ def test_a_swept_reference_trains_each_member_as_its_plain_reference_and_spends_
     assert len(ledger.entries(ledger_store(results))) == 1
     (row,) = compare.collect(results)
     assert (row["member"], row["members"]) == (selection["member"], 4)
-    assert row["optimizer_steps"] == row["optimizer_steps"] and row["optimizer_steps_computed"]
+    assert row["optimizer_steps_computed"]  # the CNN records none: ceil(train rows / batch size) x the chosen member's epochs
     rows_per_epoch = -(-json.loads((dataset_dir / "sentinel.json").read_text())["dataset"]["counts"]["train"] // TRAIN["batch_size"])
     assert row["optimizer_steps"] == rows_per_epoch * chosen["settings"]["train.epochs"]
     assert f"cnn [{selection['member']}]" in compare.render([row])
     (state,) = status.collect(results)
     assert state["selected_member"] == selection["member"] and state["epochs_done"] == chosen["settings"]["train.epochs"]
     assert state["state"] == "qualified"
+
+
+def test_train_reference_checks_the_members_its_plan_named():
+    """`snakemake -n -p` names a reference sweep's members (--members); a plan of other code naming others is refused."""
+    from rffm.errors import ConfigError
+    from rffm.training import sweep
+
+    swept = {"run": "cnn", "sweep": GRID}
+    label = sweep.plan_label(swept, "references")
+    assert label == "[lr=0.01,epochs=2] [lr=0.01,epochs=3] [lr=0.03,epochs=2] [lr=0.03,epochs=3]"
+    sweep.check_planned(swept, label, "references")
+    with pytest.raises(ConfigError, match=r"^references\.cnn\.sweep: planned members '\[lr=0\.01\]', computed"):
+        sweep.check_planned(swept, "[lr=0.01]", "references")
+    with pytest.raises(ConfigError, match=r"references\.cnn\.sweep: 'train\.batch_size' cannot be swept"):
+        sweep.members({"run": "cnn", "sweep": {"train.batch_size": [8, 16]}}, "references")
