@@ -21,6 +21,7 @@ from rffm import config
 from rffm.errors import ConfigError
 
 INF, NAN = float("inf"), float("nan")
+TRAIN_CNN = {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}
 
 
 def train(c: dict) -> dict:
@@ -337,6 +338,14 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "bad-name",
         lambda c: c["runs"].update({"Big Run": c["runs"].pop("base")}),
         "runs: name 'Big Run' is not allowed. Fix: use lower-case letters, digits, '-' and '_' (no '__')",
+    ),
+    (
+        "reference-sweep-key",  # a reference's sweep varies the CNN's train keys a run's sweep varies, and its epochs
+        lambda c: c.update(
+            references={"cnn": {"dataset": "tiny", "train": TRAIN_CNN, "sweep": {"train.lr": [0.01, 0.03], "train.batch_size": [8, 16]}}}
+        ),
+        "references.cnn.sweep: unknown key(s) 'train.batch_size'. Fix: remove or rename it; allowed here: train.epochs, train.lr, "
+        "train.weight_decay",
     ),
     ("missing-lr", lambda c: train(c).pop("lr"), "runs.base.train.lr: missing (required). Fix: add it (see config/REFERENCE.md)"),
     (

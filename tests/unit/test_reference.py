@@ -111,3 +111,69 @@ def test_a_label_scarce_reference_trains_on_k_per_cell_and_compare_shows_k(datas
     assert selection["labels"]["train_rows"] > 12
     rows = compare.collect(results)
     assert rows[0]["labels"] == 2 and compare.render(rows).splitlines()[1].split()[:3] == ["2", "end-to-end", "cnn"]
+
+
+GRID = [["train.lr", [0.01, 0.03]], ["train.epochs", [2, 3]]]  # as the workflow passes a sweep: [key, values] pairs
+
+
+def test_a_swept_reference_trains_each_member_as_its_plain_reference_and_spends_one_exposure(dataset_dir: Path, tmp_path: Path):
+    """references.<id>.sweep: the members in grid order, each exactly the plain reference of its settings (its history,
+    and the chosen one's artifact); the best (member, epoch) on val by the runs' rule; one artifact, one exposure; the
+    chosen member named in selection.json, history.json, the manifest, `rffm status` and `rffm compare`."""
+    from rffm.ops import status
+    from rffm.training import selection as rule
+    from rffm.training import sweep
+
+    results = tmp_path / "results"
+    swept = {**spec(), "sweep": GRID}
+    sentinel = train_and_qualify(dataset_dir, results, swept)
+    members = sweep.members(swept, "references")
+    names = [m["name"] for m in members]
+    assert names == ["lr=0.01,epochs=2", "lr=0.01,epochs=3", "lr=0.03,epochs=2", "lr=0.03,epochs=3"]
+    selected = sentinel.parents[1] / "selection"
+    selection = json.loads((selected / "selection.json").read_text())
+    record = json.loads((selected / "history.json").read_text())
+    assert selection["member"] == record["sweep"]["member"] in names and selection["rule"] == rule.SWEEP_RULE_TEXT
+    assert [m["name"] for m in record["sweep"]["members"]] == names and len(selection["candidates"]) == 2 + 3 + 2 + 3
+    chosen = members[names.index(selection["member"])]
+    assert selection["settings"] == chosen["settings"] and record["training"] == sweep.member_train(swept["train"], chosen["settings"])
+    # the candidates, epochs ascending and members in grid order, as a run's sweep ranks them
+    candidates = [{**m, "member": n} for e in (1, 2, 3) for n in names for m in record["sweep"]["histories"][n] if m["epoch"] == e]
+    assert rule.choose(candidates, "val_accuracy", "max")["member"] == selection["member"]
+    for member in members:  # each member is the plain reference of its settings
+        plain = tmp_path / "plain" / member["name"]
+        alone = config.entry_defaults("references", {**REFERENCE, "train": sweep.member_train(REFERENCE["train"], member["settings"])})
+        train_reference.run(alone, dataset_dir, plain / "runs/cnn/selection", store=plain)
+        history = json.loads((plain / "runs/cnn/selection/history.json").read_text())["epochs"]
+        assert record["sweep"]["histories"][member["name"]] == history, member["name"]
+        if member == chosen:
+            assert json.loads((plain / "runs/cnn/selection/selection.json").read_text())["artifact_sha256"] == selection["artifact_sha256"]
+            assert record["epochs"] == history
+    manifest = json.loads((sentinel.parent / "run_manifest.json").read_text())
+    assert manifest["selection"]["member"] == selection["member"] and manifest["selection"]["settings"] == chosen["settings"]
+    assert manifest["qualification"]["exposure_count"] == 1
+    assert len(ledger.entries(ledger_store(results))) == 1
+    (row,) = compare.collect(results)
+    assert (row["member"], row["members"]) == (selection["member"], 4)
+    assert row["optimizer_steps_computed"]  # the CNN records none: ceil(train rows / batch size) x the chosen member's epochs
+    rows_per_epoch = -(-json.loads((dataset_dir / "sentinel.json").read_text())["dataset"]["counts"]["train"] // TRAIN["batch_size"])
+    assert row["optimizer_steps"] == rows_per_epoch * chosen["settings"]["train.epochs"]
+    assert f"cnn [{selection['member']}]" in compare.render([row])
+    (state,) = status.collect(results)
+    assert state["selected_member"] == selection["member"] and state["epochs_done"] == chosen["settings"]["train.epochs"]
+    assert state["state"] == "qualified"
+
+
+def test_train_reference_checks_the_members_its_plan_named():
+    """`snakemake -n -p` names a reference sweep's members (--members); a plan of other code naming others is refused."""
+    from rffm.errors import ConfigError
+    from rffm.training import sweep
+
+    swept = {"run": "cnn", "sweep": GRID}
+    label = sweep.plan_label(swept, "references")
+    assert label == "[lr=0.01,epochs=2] [lr=0.01,epochs=3] [lr=0.03,epochs=2] [lr=0.03,epochs=3]"
+    sweep.check_planned(swept, label, "references")
+    with pytest.raises(ConfigError, match=r"^references\.cnn\.sweep: planned members '\[lr=0\.01\]', computed"):
+        sweep.check_planned(swept, "[lr=0.01]", "references")
+    with pytest.raises(ConfigError, match=r"references\.cnn\.sweep: 'train\.batch_size' cannot be swept"):
+        sweep.members({"run": "cnn", "sweep": {"train.batch_size": [8, 16]}}, "references")

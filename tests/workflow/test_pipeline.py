@@ -14,13 +14,14 @@ from rffm.records.code import code_digest
 
 
 def configs() -> dict[str, dict]:
-    """The tiny config (profiled), and one with a floor run, a sweep and an end-to-end reference beside it."""
+    """The tiny config (profiled), and one with a floor run, a sweep and an end-to-end reference (a sweep too) beside it."""
     tiny, mixed = tiny_config(), tiny_config()
     mixed["backbones"]["random-init"] = {**mixed["backbones"]["mini"], "source": "random", "pretrain": {"seed": 0}}
     mixed["runs"]["floor"] = {**mixed["runs"]["base"], "backbone": "random-init", "sweep": {"train.lr": [0.01, 0.02]}}
     mixed["runs"]["floor"].pop("profiling")
     train = {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}
-    mixed["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train}}
+    sweep = {"train.lr": [0.01, 0.03]}
+    mixed["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train, "sweep": sweep}}
     return {"tiny": tiny, "mixed": mixed}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, PROFILED_TRACES, SNAKEFILE, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
+from conftest import BIN, PROFILED_TRACES, SNAKEFILE, plan_of, planned_jobs, sigkill_once_started, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -135,22 +135,42 @@ def test_profiling_run_writes_traces_and_the_lifecycle_summary(finished_workdir:
 
 
 def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(workdir: Path):
+    """A reference with a sweep (references.<id>.sweep): one train_reference job trains both members, one exposure, the
+    chosen member named by `rffm compare`, and its grid frozen once qualified, as a run's."""
+    import json
+
     config = tiny_config()
     train = {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}
-    config["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train}}
+    grid = {"train.lr": [0.01, 0.03]}
+    config["references"] = {"cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": train, "sweep": grid}}
     write_config(workdir, config)
-    assert planned_jobs(workdir) == ["plot_comparison", "qualify_reference[reference=cnn]", "train_reference[reference=cnn]"]
+    plan = snakemake(workdir, "-n", "-p").stdout
+    assert plan_of(plan) == ["plot_comparison", "qualify_reference[reference=cnn]", "train_reference[reference=cnn]"]
+    assert "--members '[lr=0.01] [lr=0.03]'" in plan  # the dry run names the members, as an epoch job's
     snakemake(workdir)
     assert planned_jobs(workdir) == []
     shown = subprocess.run(
         [str(BIN / "rffm"), "compare", "results", "--config", "config.yaml"], cwd=workdir, capture_output=True, text=True, check=True
     ).stdout
     roles = [line.split()[:4] for line in shown.splitlines()[1:3]]
-    assert roles == [["all", "frozen", "backbone", "base"], ["all", "end-to-end", "cnn", "tiny"]]
+    member = json.loads((workdir / "results/runs/cnn/qualification/run_manifest.json").read_text())["selection"]["member"]
+    assert member in ("lr=0.01", "lr=0.03")
+    assert roles == [["all", "frozen", "backbone", "base"], ["all", "end-to-end", "cnn", f"[{member}]"]]  # `name [member]`
     assert (workdir / "results/report/comparison/comparison.png").stat().st_size > 0
     command = [str(BIN / "rffm"), "status", "results", "--config", "config.yaml"]
     status = subprocess.run(command, cwd=workdir, capture_output=True, text=True).stdout
     assert ["cnn", "qualified", "2/2"] in [line.split()[:3] for line in status.splitlines()]
+    # the qualified reference's grid is frozen: refused while planning, dry or real, nothing run or deleted
+    before = {p: p.read_bytes() for p in sorted((workdir / "results").rglob("*")) if p.is_file()}
+    config["references"]["cnn"]["sweep"]["train.lr"].append(0.1)
+    write_config(workdir, config)
+    for dry in (["-n"], []):
+        refused = snakemake(workdir, *dry, check=False)
+        said = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and "references.cnn was qualified" in said and "references.cnn.sweep.train.lr" in said, dry
+    assert {p: p.read_bytes() for p in sorted((workdir / "results").rglob("*")) if p.is_file()} == before
+    verify = subprocess.run([str(BIN / "rffm"), "verify", str(workdir / "results")], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 def test_a_label_scarce_run_qualifies_on_k_labels_and_changing_k_never_touches_the_cache(workdir: Path):

@@ -506,9 +506,18 @@ def all_final_reports():
 
 
 def reference_spec(wildcards):
-    return as_json(
-        {"run": wildcards.reference, **config["references"][wildcards.reference]}
+    """A reference's config; its sweep as [key, values] pairs (the grid's order), as a run's."""
+    reference = config["references"][wildcards.reference]
+    return as_json({"run": wildcards.reference, **reference, **sweep_pairs(reference)})
+
+
+def reference_members(wildcards):
+    """A reference sweep's members named in train_reference's command, so `snakemake -n -p` shows them."""
+    reference = config["references"][wildcards.reference]
+    label = sweep.plan_label(
+        {"run": wildcards.reference, **sweep_pairs(reference)}, "references"
     )
+    return f"--members {shlex.quote(label)}" if label else ""
 
 
 def reference_train_inputs(wildcards):

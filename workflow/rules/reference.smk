@@ -19,12 +19,13 @@ rule train_reference:
         store=STORE,
     params:
         spec=reference_spec,
+        members=reference_members,
         code=CODE["train_reference"],
         dataset_dir=input_dir("dataset"),
         out_dir=output_dir("sentinel"),
     shell:
         "rffm train_reference --spec {params.spec:q} --threads {resources.torch_threads} --dataset-dir {params.dataset_dir}"
-        " --store {resources.store} --out-dir {params.out_dir} > {log} 2>&1"
+        " --store {resources.store} --out-dir {params.out_dir} {params.members} > {log} 2>&1"
 
 
 rule qualify_reference:

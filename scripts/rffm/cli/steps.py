@@ -135,4 +135,13 @@ def _train_epoch(**options: Any) -> Path:
     return train_epoch.run(**options, cache_options=cache_options)
 
 
-ADAPTERS: dict[str, Callable[..., Any]] = {"train_epoch": _train_epoch}
+def _train_reference(**options: Any) -> Path:
+    """train_reference is handed its sweep's members as the plan names them, checked like an epoch's."""
+    from rffm.steps import train_reference
+    from rffm.training import sweep
+
+    sweep.check_planned(options["spec"], options.pop("members"), "references")
+    return train_reference.run(**options)
+
+
+ADAPTERS: dict[str, Callable[..., Any]] = {"train_epoch": _train_epoch, "train_reference": _train_reference}

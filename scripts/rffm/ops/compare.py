@@ -148,10 +148,11 @@ def members_tried(run_dir: Path) -> int | None:
 def optimizer_steps(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """{optimizer_steps: of each member over all its epochs, optimizer_steps_computed}: a head's from the global step its
     last epoch recorded; the end-to-end CNN's, which records none, ceil(train rows / batch size) x epochs from its
-    recorded params and train rows (the labelled ones when label-scarce). None where a record is missing."""
+    recorded params (of a reference's sweep, its chosen member's) and train rows (the labelled ones when label-scarce).
+    None where a record is missing."""
     try:
-        if manifest.get("kind") == "end_to_end":
-            params = manifest["training"]["params"]
+        if manifest.get("kind") == "end_to_end":  # of a sweep, the chosen member's (its epochs may be swept)
+            params = {**manifest["training"]["params"], **chosen_train(manifest.get("selection", {}).get("settings") or {})}
             labels = (_sentinel_or_none(run_dir / SELECTION / SENTINEL_NAME) or {}).get("labels") or {}
             rows = labels.get("labelled_rows") or manifest["dataset"]["counts"]["train"]
             return {"optimizer_steps": math.ceil(rows / params["batch_size"]) * params["epochs"], "optimizer_steps_computed": True}
@@ -161,6 +162,11 @@ def optimizer_steps(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return {"optimizer_steps": int(steps), "optimizer_steps_computed": False}
     except (IntegrityError, FileNotFoundError, KeyError, IndexError, TypeError, ValueError):
         return {"optimizer_steps": None, "optimizer_steps_computed": False}
+
+
+def chosen_train(settings: dict[str, Any]) -> dict[str, Any]:
+    """A sweep member's train settings ({"train.epochs": 20} -> {"epochs": 20}; the CNN's keys are not nested)."""
+    return {key.removeprefix("train."): value for key, value in settings.items() if key.count(".") == 1}
 
 
 def correctness(qualification_dir: Path, count: int | None) -> np.ndarray | None:
@@ -279,7 +285,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     lines.append(
         "tuning budget: val members: the settings selection compared on val (a sweep's grid, 1 otherwise); optimizer steps: "
         "of each member over all its epochs, as its last epoch recorded them (*: computed as ceil(train rows / batch size) x "
-        "epochs, the end-to-end CNN records none)"
+        "epochs, the end-to-end CNN records none; a reference's sweep of epochs: its chosen member's)"
     )
     lines.append(
         "vs floor, vs end-to-end: test accuracy minus that of the floor / end-to-end row of the same labels and test split, "

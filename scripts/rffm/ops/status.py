@@ -176,7 +176,9 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
     selection = selection_sentinel["selection"] if selection_sentinel else None
     qualification = qualification_sentinel["qualification"] if qualification_sentinel else None
     if selection and selection.get("kind") == "end_to_end":  # a reference: its epochs are the selection's candidates
-        epochs = [{"epoch": c["epoch"], selection["metric"]: c[selection["metric"]]} for c in selection["candidates"]]
+        candidates = [c for c in selection["candidates"] if c.get("member") == chosen]  # of a sweep, the chosen member's
+        epochs = [{"epoch": c["epoch"], selection["metric"]: c[selection["metric"]]} for c in candidates]
+        epochs_planned = (selection.get("settings") or {}).get("train.epochs", epochs_planned)
     rule = {"metric": selection["metric"], "mode": selection["mode"]} if selection else plan.get("selection")
     best = best_epoch(epochs, rule) if rule else None
     manifest = run_dir / QUALIFICATION / MANIFEST_NAME

@@ -112,7 +112,7 @@ STEPS = (
     Rule(
         "train_reference",
         "Train an end-to-end reference CNN from scratch; select its epoch on val into an immutable artifact.",
-        ("--dataset-dir", "--store", "--out-dir"),
+        ("--dataset-dir", "--store", "--out-dir", "--members"),
         "references",
         torch=True,
         reference=True,

@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rffm.errors import ConfigError
 from rffm.records import memo
 from rffm.records.layout import CHECKPOINT_NAME, EPOCH_FILES, SENTINEL_NAME
 from rffm.records.step import Step
@@ -75,6 +74,4 @@ def run(
 
 def check_planned_members(spec: dict[str, Any], planned: str) -> None:
     """Stop when the plan named other members than this code computes from the spec (a planner of other code)."""
-    computed = sweep.plan_label(spec)
-    if planned != computed:
-        raise ConfigError(f"runs.{spec['run']}.sweep: planned members {planned!r}, computed {computed!r}. Fix: rerun snakemake.")
+    sweep.check_planned(spec, planned, "runs")

@@ -37,6 +37,9 @@ SWEEP_KEYS = (
     "train.head.dropout",
     "train.head.taps",
 )
+# Keys a reference's sweep may vary (references.<id>.sweep): those of the CNN's train block that a run's sweep varies,
+# and its epochs (each member trains alone, its one-cycle schedule over its own epochs). Not batch_size or seed, as runs.
+REFERENCE_SWEEP_KEYS = ("train.lr", "train.weight_decay", "train.epochs")
 ORDER_TEXT = "itertools.product over the sweep's keys in the order written, values in the order written (last key fastest)"
 BUNDLE_FORMAT = "rffm-sweep-epoch/1"
 MEMBER_FILES = (CHECKPOINT_NAME, METRICS_NAME, SENTINEL_NAME)
@@ -55,16 +58,19 @@ def member_name(settings: dict[str, Any]) -> str:
     return ",".join(f"{key.removeprefix('train.')}={value}" for key, value in shown.items()) or "default"
 
 
-def members(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The sweep's members in grid order: [{name, settings: {dotted key: value}}]; one member without a sweep."""
+def members(spec: dict[str, Any], section: str = "runs") -> list[dict[str, Any]]:
+    """The sweep's members in grid order: [{name, settings: {dotted key: value}}]; one member without a sweep.
+    `section`: runs, or references (whose sweep varies REFERENCE_SWEEP_KEYS)."""
     pairs = grid(spec)
+    allowed = REFERENCE_SWEEP_KEYS if section == "references" else SWEEP_KEYS
+    where = f"{section}.{spec['run']}.sweep"
     for key, values in pairs:
-        if key not in SWEEP_KEYS:
-            raise ConfigError(f"runs.{spec['run']}.sweep: {key!r} cannot be swept. Fix: use one of {', '.join(SWEEP_KEYS)}.")
+        if key not in allowed:
+            raise ConfigError(f"{where}: {key!r} cannot be swept. Fix: use one of {', '.join(allowed)}.")
         if not values:
-            raise ConfigError(f"runs.{spec['run']}.sweep.{key}: no values. Fix: list at least one value, or drop the key.")
+            raise ConfigError(f"{where}.{key}: no values. Fix: list at least one value, or drop the key.")
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"runs.{spec['run']}.sweep.{key}: a value is listed twice. Fix: list each value once.")
+            raise ConfigError(f"{where}.{key}: a value is listed twice. Fix: list each value once.")
     keys = [key for key, _ in pairs]
     points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*(values for _, values in pairs))]
     return [{"name": member_name(point), "settings": point} for point in points]
@@ -93,10 +99,17 @@ def is_bundle(spec: dict[str, Any]) -> bool:
     return len(members(spec)) > 1
 
 
-def plan_label(spec: dict[str, Any]) -> str:
-    """The members as `snakemake -n` shows them in the epoch job's params (empty for a plain run)."""
-    found = members(spec)
+def plan_label(spec: dict[str, Any], section: str = "runs") -> str:
+    """The members as `snakemake -n` shows them in the epoch (or train_reference) job's params (empty for a plain run)."""
+    found = members(spec, section)
     return " ".join(f"[{m['name']}]" for m in found) if len(found) > 1 else ""
+
+
+def check_planned(spec: dict[str, Any], planned: str, section: str) -> None:
+    """Stop when the plan named other members than this code computes from the spec (a planner of other code)."""
+    computed = plan_label(spec, section)
+    if planned != computed:
+        raise ConfigError(f"{section}.{spec['run']}.sweep: planned members {planned!r}, computed {computed!r}. Fix: rerun snakemake.")
 
 
 # ---- the bundle: one zip, per member the files of its plain epoch ----
