@@ -122,8 +122,9 @@ def test_a_grid_on_one_cache_builds_it_once_in_one_sbatch_job(cluster, tmp_path:
     jobs = {job: value for job, value in slurm_jobs().items() if job not in known}
     assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
     rules = sorted(comment.split("_wildcards_")[0] for _, comment in jobs.values())
-    assert rules == ["rule_cache_tiny__mini", "rule_pretrain_backbone", *["rule_select_checkpoint"] * 3, "rule_stage_dataset"], rules
-    [group] = [job for job, (_, comment) in jobs.items() if comment == "rule_cache_tiny__mini"]
+    grouped = "rule_cache_tiny__mini_build_cache_train_epoch"  # the group job's comment: its group and its rules
+    assert rules == [grouped, "rule_pretrain_backbone", *["rule_select_checkpoint"] * 3, "rule_stage_dataset"], rules
+    [group] = [job for job, (_, comment) in jobs.items() if comment.split("_wildcards_")[0] == grouped]
     [call] = [line for line in SBATCH.findall(result.stdout + result.stderr) if "rule_cache_tiny__mini" in line]
     assert re.findall(r"--gpus=\d+", call) == ["--gpus=1"] and "--mem 32000" in call, call  # one member at a time
     assert re.search(r" -t '?200\b", call), call  # 60 min + 7 epochs x 20 min: the members' runtimes summed

@@ -31,21 +31,21 @@ def nudge_one_weight(checkpoint_path: Path) -> None:
 def test_a_bench_that_computed_its_figures_is_fixed_by_scheduled_arms_measured_bytes_and_an_exit_on_a_differing_member(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    arguments = ["bench", "sweep", "--config", str(TINY), "--epochs", "2", "--grid", json.dumps(GRID), "--work-dir", str(tmp_path)]
+    arguments = ["bench", "sweep", "--config", str(TINY), "--epochs", "1", "--grid", json.dumps(GRID), "--work-dir", str(tmp_path)]
     exit_code, printed = rffm([*arguments, "--keep"]), capsys.readouterr()
     assert exit_code == 0, printed.out[-3000:] + printed.err[-3000:]
     figures = json.loads(printed.out.splitlines()[-1])
     assert KEYS <= set(figures) and figures["members"] == 2 and figures["cores"] == 2
     assert figures["checkpoints_identical"] is True and figures["differing_members"] == {}
     # the scheduler ran the arms: one epoch job per epoch for the sweep, one per epoch and member for the separate runs
-    assert (figures["sweep_jobs"]["train_epoch"], figures["separate_jobs"]["train_epoch"]) == (2, 4)
+    assert (figures["sweep_jobs"]["train_epoch"], figures["separate_jobs"]["train_epoch"]) == (1, 2)
     assert figures["wall_ratio"] == pytest.approx(figures["sweep_s"] / figures["separate_s"], abs=2e-3) and figures["sweep_s"] > 0
     # counted where the reader copies rows out of the map: each separate run copies what the sweep copies once for both
     assert 2 * figures["sweep_cache_bytes"] == figures["separate_cache_bytes"] > 0 and figures["bytes_ratio"] == 0.5
     assert 0 < figures["sweep_io_rchar"] < figures["separate_io_rchar"]
 
     work = next(tmp_path.glob("rffm-bench-sweep-*"))
-    nudge_one_weight(work / "results/runs/separate1/epochs/2/checkpoint.pt")
+    nudge_one_weight(work / "results/runs/separate1/epochs/1/checkpoint.pt")
     assert bench.conclude(work) == 1
     printed = capsys.readouterr()
     verdict = json.loads(printed.out.splitlines()[-1])

@@ -60,19 +60,3 @@ def test_every_rule_runs_the_verb_and_step_module_of_its_name():
     assert rules == modules and rules <= verbs, (rules ^ modules, rules - verbs)
     texts = "".join(path.read_text() for path in (REPO / "workflow/rules").glob("*.smk"))
     assert all(f'"rffm {rule} ' in texts for rule in rules)
-
-
-def test_bench_cache_prints_its_figures_as_a_json_last_line(tmp_path: Path):
-    import json
-
-    result = subprocess.run(
-        [str(BIN / "rffm"), "bench", "cache", "--samples", "440", "--repeats", "1", "--work-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
-    assert {"P1", "P2", "P3", "P5", "rss_1x_mb", "rss_4x_mb"} <= set(figures)
-    assert all(figures[key] > 0 for key in ("P1", "P2", "P3", "rss_1x_mb", "rss_4x_mb"))
-    assert figures["detail"]["oom_probes_unseeded"] > 0
-    assert list(tmp_path.iterdir()) == []  # its data is cleaned up

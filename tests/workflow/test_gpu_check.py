@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,13 +17,20 @@ from conftest import REPO
 pytestmark = pytest.mark.workflow
 
 
-def test_the_gpu_check_runs_on_the_current_tree_in_its_cpu_mode():
-    env = {**os.environ, "RFFM_GPU_CHECK_DEVICE": "cpu", "PYTHON": sys.executable, "RFFM_PLAIN_PROGRESS": "1"}
+def test_the_gpu_check_runs_on_the_current_tree_in_its_cpu_mode(tmp_path: Path):
+    """Also the test of `rffm bench cache`, which the script runs first: its figures as a JSON last line, its data
+    cleaned up (the script's and the bench's temporary folders are under TMPDIR)."""
+    env = {**os.environ, "RFFM_GPU_CHECK_DEVICE": "cpu", "PYTHON": sys.executable, "RFFM_PLAIN_PROGRESS": "1", "TMPDIR": str(tmp_path)}
     done = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     lines = done.stdout.strip().splitlines()
     figures = json.loads(lines[-1])  # the bench's JSON, last
-    assert figures["detail"]["device"] == "cpu" and figures["P1"] > 0 and figures["P3"] > 0
+    assert figures["detail"]["device"] == "cpu"
+    assert {"P1", "P2", "P3", "P5", "rss_1x_mb", "rss_4x_mb"} <= set(figures)
+    assert all(figures[key] > 0 for key in ("P1", "P2", "P3", "rss_1x_mb", "rss_4x_mb"))
+    assert figures["detail"]["oom_probes_unseeded"] > 0
+    left = [path.name for path in tmp_path.iterdir() if not path.name.startswith("torchinductor_")]  # torch's own cache
+    assert left == []  # the bench's data and the script's tiny run are cleaned up
     assert "0 problem(s)" in done.stdout  # rffm verify on the tiny run it made
     assert "results/runs/base/qualification/provenance.json: device cpu" in done.stdout
     assert "results/caches/tiny__mini/provenance.json: device cpu" in done.stdout

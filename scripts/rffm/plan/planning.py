@@ -56,8 +56,8 @@ def note_node_checks(workflow: Any, config: dict[str, Any]) -> None:
 
 
 def colocation_lines(config: dict[str, Any]) -> list[str]:
-    """One line per cache the runs read: how its build and its readers' epochs are grouped on a cluster
-    (config cache.colocate, workflow/rules/common.smk: groups) and how many cache builds that implies."""
+    """One line per cache several runs read (where cache.colocate decides): how its build and its readers' epochs are
+    grouped on a cluster (workflow/rules/common.smk: groups) and how many cache builds that implies."""
     mode = config["cache"]["colocate"]
     readers: dict[tuple[str, str], list[str]] = {}
     for name, run in config["runs"].items():
@@ -68,9 +68,9 @@ def colocation_lines(config: dict[str, Any]) -> list[str]:
         plural = "s" if len(runs) > 1 else ""
         work = f"{len(runs)} run{plural} x {epochs[0]} epochs" if len(set(epochs)) == 1 else f"{len(runs)} runs, {sum(epochs)} epochs"
         head = f"note: plan: cache {dataset}__{backbone}: "
-        if len(runs) == 1:
-            lines.append(f"{head}1 cache build, {work} in one group job (train_{runs[0]}: one run reads it, either cache.colocate)")
-        elif mode == "per-cache":
+        if len(runs) == 1:  # grouped with its one run either way: nothing to choose, nothing to say
+            continue
+        if mode == "per-cache":
             lines.append(
                 f"{head}1 cache build, {work} in one group job (cache_{dataset}__{backbone}: one VM or node; cache.colocate: per-cache)"
             )

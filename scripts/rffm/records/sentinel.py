@@ -151,11 +151,19 @@ def link_problems(sentinel_path: str | Path, body: dict[str, Any] | None = None,
 
 
 def _intact(sentinel_path: Path) -> bool:
-    """Whether a sentinel, its outputs and its own links are as it records (read only where a link to it is broken)."""
+    """Whether a sentinel is the one of its folder's step (not another step's copied there), and it, its outputs and
+    its own links are as it records (read only where a link to it is broken)."""
     try:
-        return not sentinel_problems(sentinel_path) and not link_problems(sentinel_path)
+        return _in_its_folder(sentinel_path) and not sentinel_problems(sentinel_path) and not link_problems(sentinel_path)
     except IntegrityError:
         return False
+
+
+def _in_its_folder(sentinel_path: Path) -> bool:
+    """Whether every value of the sentinel's key names its folder (runs/<run>/epochs/<epoch>, caches/<dataset>__<backbone>):
+    epoch 1's sentinel copied into epoch 2's folder is not."""
+    names = {name for part in sentinel_path.parent.parts for name in (part, *part.split("__"))}
+    return all(str(value) in names for value in read_sentinel(sentinel_path).get("key", {}).values())
 
 
 def _rebuild(sentinel_path: Path, remove: bool = True) -> str:
