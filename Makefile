@@ -17,7 +17,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -105,7 +105,7 @@ run: setup
 example-weights: setup
 	$(BIN)/python config/examples/models/make_weights.py
 
-# Tests run on TEST_WORKERS processes (pytest-xdist; four on two cores: the SLURM and Batch tests wait on their
+# Tests run on TEST_WORKERS processes (pytest-xdist; three on two cores: the SLURM and Batch tests wait on their
 # schedulers much of the time), each test module on one of them (its module fixtures are built once), the longest
 # first (tests/conftest.py: LONGEST_FIRST; the SLURM modules share one local cluster on one worker);
 # TEST_WORKERS=0 runs them in this one. The summary line and the 25 slowest tests close the output.

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import RffmError
+from rffm.records.manifest import source_revision
 
 RECORDS = Path("workflow/docs/records")  # relative to the checkout
 PRINTED_LINES = 200
@@ -65,14 +66,8 @@ def machine() -> dict[str, Any]:
 
 def checkout_commit(folder: Path) -> dict[str, Any]:
     """{commit: HEAD of the git checkout holding `folder`, dirty: tracked files differ from it} (None: not a checkout)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, check=True).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder, capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": head, "dirty": bool(changed.strip())}
+    revision = source_revision(folder)
+    return {"commit": revision["source_revision"], "dirty": revision["dirty"]}
 
 
 def last_json(lines: list[str]) -> tuple[Any, list[str]]:
