@@ -38,7 +38,7 @@ from rffm.data.cache_format import preallocate, release_pages, split_count, to_b
 from rffm.data.cache_plan import cache_meta
 from rffm.errors import RffmError
 from rffm.model import encoder as encoders
-from rffm.records.files import atomic_write_bytes, atomic_write_json
+from rffm.records.files import atomic_write_bytes, atomic_write_json, fsync_path
 from rffm.records.layout import BACKBONE_NAME, CACHE_META, CACHED_SPLITS, SENTINEL_NAME, hidden_file, split_file
 from rffm.records.seal import seal
 from rffm.records.sentinel import file_record, parts_record
@@ -222,7 +222,7 @@ def build(
         stats[split], digest = cache_split(model, dataset_dir / split_file(split), target, controller, phases, tracer, progress, device)
         with phases.phase("fsync"):
             del target
-            fsync(path)
+            fsync_path(path)
         split_outputs(dataset_dir, directory, split, digest, outputs)
     tracer.close()
     progress.close()
@@ -230,15 +230,6 @@ def build(
         profile.remember(key, controller, controller.largest_good, {"input_shape": [2, length], **batching.device_context(device)})
     meta = seal_cache(directory, recipe_digest, record, model.fingerprint, counts, outputs)
     return {"batch_size_max": batch_size, "batch_stats": stats, "profile_seeded": seeded, "meta": meta}
-
-
-def fsync(path: Path) -> None:
-    """Make a file's written pages durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def split_outputs(dataset_dir: Path, directory: Path, split: str, digest: bytes, outputs: dict[str, Any]) -> None:
@@ -352,7 +343,7 @@ def build_parallel(
     outputs: dict[str, Any] = {}
     for split in CACHED_SPLITS:
         with phases.phase("fsync"):
-            fsync(paths[split])
+            fsync_path(paths[split])
         split_outputs(dataset_dir, directory, split, supervisor.digests[split].digest(), outputs)
     for report in reports:
         phases.merge(report["phases"])

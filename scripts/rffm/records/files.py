@@ -99,8 +99,9 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         _SYNC_FILE_RANGE(fd, ctypes.c_int64(offset), ctypes.c_int64(length), SYNC_FILE_RANGE_WRITE)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Make a file's written pages (or a directory's entries) durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -125,7 +126,7 @@ def _link_unnamed(path: Path, data: bytes, mode: int) -> bool:
         return False
     finally:
         os.close(fd)
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
     return True
 
 
@@ -159,7 +160,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, create_
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def _owned_temporary(path: Path) -> str:
@@ -235,7 +236,7 @@ def commit_file(tmp: str | Path, path: str | Path) -> None:
         os.close(fd)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
-    _fsync_dir(Path(path).parent)
+    fsync_path(Path(path).parent)
 
 
 def settle(fd: int, offset: int, length: int) -> None:

@@ -176,17 +176,21 @@ def expected(figure: Figure, records: Records) -> str:
     return formatted(value, figure.format)
 
 
-def differences(text: str, document: str, records: Records) -> list[str]:
-    """One line per marked figure that differs from its record (or whose record or field is missing), and per bad marker."""
-    problems = malformed(text, document)
+def resolved(text: str, document: str, records: Records, problems: list[str]):
+    """Each marked figure with the text its record gives it; a figure whose record or field is missing goes to `problems`."""
     for figure in figures(text, document):
         try:
-            wanted = expected(figure, records)
+            yield figure, expected(figure, records)
         except FigureError as exc:
             problems.append(
                 f"{figure.label()}: {exc}. Fix: rffm record {figure.name} -- <the command that measures it>, or correct the marker"
             )
-            continue
+
+
+def differences(text: str, document: str, records: Records) -> list[str]:
+    """One line per marked figure that differs from its record (or whose record or field is missing), and per bad marker."""
+    problems = malformed(text, document)
+    for figure, wanted in resolved(text, document, records, problems):
         if figure.text != wanted:
             shown, recorded = (figure.text, wanted) if not figure.block else (f"{figure.text.count(chr(10))} lines", "other lines")
             problems.append(f"{figure.label()}: the document says {shown!r}, the record {recorded!r}. Fix: rffm figures")
@@ -197,14 +201,7 @@ def regenerate(text: str, document: str, records: Records) -> tuple[str, list[st
     """The document with every marked figure rewritten from its record, and the markers that could not be."""
     problems = malformed(text, document)
     pieces, last = [], 0
-    for figure in figures(text, document):
-        try:
-            wanted = expected(figure, records)
-        except FigureError as exc:
-            problems.append(
-                f"{figure.label()}: {exc}. Fix: rffm record {figure.name} -- <the command that measures it>, or correct the marker"
-            )
-            continue
+    for figure, wanted in resolved(text, document, records, problems):
         pieces += [text[last : figure.start], wanted]
         last = figure.end
     return "".join([*pieces, text[last:]]), problems

@@ -21,12 +21,11 @@ from rffm.records.sentinel import require_intact
 from rffm.records.step import Step
 from rffm.records.store import given_store
 from rffm.training import sweep
-from rffm.training.selection import choose, publish_artifact, sweep_candidates
+from rffm.training.selection import choose, publish_artifact, sweep_candidates, sweep_record
 from rffm.training.selection import evidence as selection_evidence
 
 RULE = "select_checkpoint"
 READ_ONLY = 0o444
-VALIDATION_KEYS = ("val_accuracy", "val_macro_f1", "val_loss")
 
 
 def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path, *, store: str | Path | None = None) -> Path:
@@ -61,13 +60,7 @@ def run(spec: dict[str, Any], epoch_dirs: list[str | Path], out_dir: str | Path,
         if names:  # the chosen member's settings, every member and the whole validation table
             chosen = members[names.index(best["member"])]
             card["training"] = sweep.member_train(spec["train"], chosen["settings"])
-            card["sweep"] = {
-                "member": chosen["name"],
-                "settings": chosen["settings"],
-                "members": members,
-                "order": sweep.ORDER_TEXT,
-                "validation": [{key: c[key] for key in ("member", "epoch", *VALIDATION_KEYS)} for c in candidates],
-            }
+            card["sweep"] = sweep_record(chosen, members, candidates)
         atomic_write_bytes(step.out_dir / MODEL_CARD, canonical_json(card).encode(), mode=READ_ONLY)
         selection = {**evidence, "run": spec["run"], "artifact_sha256": published["sha256"], "artifact_path": published["key"]}
         if names:

@@ -25,10 +25,9 @@ from rffm.records.store import given_store
 from rffm.training import sweep
 from rffm.training.labels import options_rows, subset_facts
 from rffm.training.reference import train_cnn
-from rffm.training.selection import choose, evidence, publish_artifact
+from rffm.training.selection import choose, evidence, publish_artifact, sweep_record
 
 RULE = "train_reference"
-VALIDATION_KEYS = ("val_accuracy", "val_macro_f1", "val_loss")  # as a run's model card lists them
 
 
 def run(
@@ -81,14 +80,8 @@ def run(
             chosen = members[index]
             selection["settings"] = chosen["settings"]
             record["training"] = sweep.member_train(spec["train"], chosen["settings"])
-            record["sweep"] = {
-                "member": chosen["name"],
-                "settings": chosen["settings"],
-                "members": members,
-                "order": sweep.ORDER_TEXT,
-                "validation": [{key: c[key] for key in ("member", "epoch", *VALIDATION_KEYS)} for c in candidates],
-                "histories": {name: member_history for name, (_, member_history, _) in zip(names, trained, strict=True)},
-            }
+            histories = {name: member_history for name, (_, member_history, _) in zip(names, trained, strict=True)}
+            record["sweep"] = {**sweep_record(chosen, members, candidates), "histories": histories}
         atomic_write_json(step.out_dir / SELECTION_NAME, selection)
         atomic_write_json(step.out_dir / HISTORY_NAME, record)
         step.output(SELECTION_NAME)

@@ -10,6 +10,7 @@ from rffm.records.files import sha256_bytes
 from rffm.records.layout import ARTIFACTS, artifact_name
 from rffm.records.ranking import scorer
 from rffm.records.store import Store, create_addressed
+from rffm.training import sweep
 
 RULE_TEXT = "best value of the metric; ties go to the earliest epoch"
 SWEEP_RULE_TEXT = "best value of the metric over every (member, epoch); ties go to the earliest epoch, then the first member in grid order"
@@ -63,3 +64,13 @@ def publish_artifact(results: Store, weights: dict[str, Any]) -> dict[str, Any]:
     torch.save(weights, buffer)
     blob = buffer.getvalue()
     return create_addressed(results, f"{ARTIFACTS}/{artifact_name(sha256_bytes(blob))}", blob, "artifact")
+
+
+VALIDATION_KEYS = ("val_accuracy", "val_macro_f1", "val_loss")  # what a sweep's validation table lists per candidate
+
+
+def sweep_record(chosen: dict[str, Any], members: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """A sweep's record of its choice (a run's model card, a reference's history): the chosen member and its settings,
+    every member, the grid order and the whole validation table."""
+    table = [{key: c[key] for key in ("member", "epoch", *VALIDATION_KEYS)} for c in candidates]
+    return {"member": chosen["name"], "settings": chosen["settings"], "members": members, "order": sweep.ORDER_TEXT, "validation": table}
