@@ -63,6 +63,6 @@ def run(
         steps = manifest.collect_steps(manifest.END_TO_END, {"dataset": dataset_dir, "selection": selection_dir})
         steps[RULE] = step.provenance_record()
         body = manifest.build(manifest.END_TO_END, spec, dataset, selection, qualified, steps, model=blob["cnn_config"])
-        write_results(step, qualified, body, name, model=" (end-to-end CNN)")
+        write_results(step, qualified, body, name, model=" (end-to-end CNN)", per_class=False)
         step.facts["kind"] = "end_to_end"
     return step.sentinel

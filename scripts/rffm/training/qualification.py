@@ -64,14 +64,16 @@ def qualify_once(
     }
 
 
-def write_results(step: Step, qualified: dict[str, Any], manifest: dict[str, Any], run: str, model: str = "") -> None:
+def write_results(
+    step: Step, qualified: dict[str, Any], manifest: dict[str, Any], run: str, model: str = "", per_class: bool = True
+) -> None:
     """Write a qualification's metrics, figures and run manifest (every model kind alike) and record them in its step,
-    with the summary and ledger entry its sentinel carries. A frozen-backbone run's figure has a curve per class; a
-    reference (`model` names it in the title) has the overall curve."""
+    with the summary and ledger entry its sentinel carries. `model` names the model kind in the accuracy figure's title;
+    `per_class` draws a curve per class there (a frozen-backbone run's figure; a reference's has the overall curve)."""
     out, metrics = step.out_dir, qualified["metrics"]
     atomic_write_json(out / METRICS_NAME, metrics)
     title = f"{run}{model}: test accuracy {metrics['accuracy']:.3f}"
-    plots.accuracy_vs_snr(metrics, out / FIGURES[0], title, None if model else metrics.get("accuracy_by_class_and_snr"))
+    plots.accuracy_vs_snr(metrics, out / FIGURES[0], title, metrics.get("accuracy_by_class_and_snr") if per_class else None)
     plots.confusion(metrics, out / FIGURES[1], f"{run}: normalized confusion (test)")
     atomic_write_json(out / MANIFEST_NAME, manifest)
     for output in (METRICS_NAME, *FIGURES):
