@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,8 @@ import pytest
 from conftest import REPO, tiny_config
 from rffm import config
 from rffm.cli import main
+from rffm.config.messages import DESCRIBED, alternatives, schema_errors
+from rffm.config.schema import Validator, dotted, load_schema, resolve
 from rffm.errors import ConfigError
 from rffm.ops import config_reference
 from rffm.training import sweep
@@ -135,3 +137,62 @@ def test_a_document_without_the_generated_section_is_fixed_by_adding_its_marker_
     document.write_text(f"{document.read_text()}{begin}\n{end}\n")  # the Fix: those lines, each on its own
     config_reference.update(document, write=True)
     assert config_reference.update(document)
+
+
+# ---- every check the schema makes has its own words (config/messages.py) ----
+
+NOT_CHECKS = {"$schema", "$defs", "$ref", "title", "description", "default", "examples", "properties", "items", "allOf", "if", "then", "else"}
+
+
+def schema_nodes(node: dict, path: tuple = ()) -> Iterator[tuple[tuple, dict]]:
+    """Every subschema with the config key path it describes ('*': any entry's name, 0: any item; $refs followed)."""
+    node = resolve(node, SCHEMA)
+    yield path, node
+    children = [(path + (key,), child) for key, child in node.get("properties", {}).items()]
+    children += [(path + ("*",), node.get("additionalProperties")), (path + (0,), node.get("items")), (path, node.get("propertyNames"))]
+    children += [(path, child) for key in ("allOf", "oneOf") for child in node.get(key, [])]
+    children += [(path, node.get(key)) for key in ("if", "then", "else")]
+    for child_path, child in children:
+        if isinstance(child, dict):
+            yield from schema_nodes(child, child_path)
+
+
+SCHEMA = load_schema()
+NODES = list(schema_nodes(SCHEMA))
+
+
+def test_every_keyword_of_the_schema_is_put_in_words_with_its_fix():
+    """No violation of the schema reaches the fallback of messages._describe (which claims no fix: a bug)."""
+    used = {key for _, node in NODES for key in node} - NOT_CHECKS
+    assert used <= DESCRIBED, f"worded by no branch of rffm.config.messages._describe: {sorted(used - DESCRIBED)}"
+
+
+def test_a_check_no_branch_words_is_reported_as_a_bug_without_a_fix_it_cannot_do():
+    (line,) = schema_errors({"name": "abc"}, {"type": "object", "properties": {"name": {"type": "string", "maxLength": 2}}})
+    assert line == "name: 'abc' is too long (schema keyword 'maxLength', which rffm.config.messages does not word: a bug). Fix: report this line"
+
+
+def example(node: dict) -> object:
+    """A value a oneOf branch accepts, as its words (messages.alternatives) tell it."""
+    if "enum" in node:
+        return node["enum"][0]
+    if node.get("type") == "array":
+        return [example(node["items"])] * node.get("minItems", 1)
+    return node.get("minimum", node.get("exclusiveMinimum", 0) + 1)
+
+
+@pytest.mark.parametrize("path", [path for path, node in NODES if "oneOf" in node], ids=lambda path: dotted(path))
+def test_every_oneof_of_the_schema_has_its_words_and_its_fix_works(path: tuple, tmp_path: Path, monkeypatch):
+    """A value no branch accepts names what each accepts; writing the first of them passes."""
+    monkeypatch.chdir(tmp_path)
+    c = tiny_config()
+    parent = c
+    for key in path[:-1]:  # '*': the tiny config's entry of that section
+        parent = parent[next(iter(parent)) if key == "*" else key]
+    node = next(node for at, node in NODES if at == path and "oneOf" in node)
+    parent[path[-1]] = value = next(v for v in ("neither", 0.5, {"neither": 1}) if not any(Validator(b).is_valid(v) for b in node["oneOf"]))
+    where = dotted([next(iter(c[path[0]])) if key == "*" else key for key in path])
+    assert only_fix(c) == f"write {alternatives(node['oneOf'])}" and " a value" not in alternatives(node["oneOf"])
+    assert f"{where}: {value!r} is not allowed. Fix: " in config.problems(c, files=[], runs_here=True, local_files=True)[0]
+    parent[path[-1]] = example(node["oneOf"][0])
+    assert passes(c)

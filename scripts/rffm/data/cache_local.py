@@ -101,9 +101,9 @@ def ensure(
 
     def build_into(target: Path) -> dict[str, Any]:
         for role, files in (("dataset", [split_file(s) for s in CACHED_SPLITS]), ("backbone", [BACKBONE_NAME])):
-            sentinel = record_dir / record["inputs"][role]["path"]
+            sentinel = Path(os.path.normpath(record_dir / record["inputs"][role]["path"]))
             require_intact(sentinel, files, "build_cache")
-            if sha256_file(sentinel) != record["inputs"][role]["sha256"]:
+            if sha256_file(sentinel) != record["inputs"][role]["sha256"]:  # rebuilt since the record: snakemake rebuilds the record
                 raise IntegrityError(f"{sentinel}: not the {role} the cache record {record_dir} names. Fix: rerun snakemake.")
         return build(
             dataset_dir,
