@@ -17,6 +17,12 @@ class IntegrityError(RffmError):
     """A file no longer matches the sentinel that vouches for it."""
 
 
+def checked_yet_disagree(what: str) -> IntegrityError:
+    """A sealed record and the file it vouches for disagree although both passed their checks moments before: a forged
+    record or a bug. No rerun repairs that (the workflow rebuilds nothing whose checks pass), so the Fix claims none."""
+    return IntegrityError(f"{what}, although both passed their checks (a forged record or a bug). Fix: report this line.")
+
+
 class ExposureError(RffmError):
     """Qualification would spend the test split's exposure in a way the procedure forbids."""
 

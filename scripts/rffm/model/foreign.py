@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from rffm.backbone_kinds import EXPORT
-from rffm.errors import ConfigError, IntegrityError
+from rffm.errors import ConfigError, IntegrityError, checked_yet_disagree
 from rffm.model.backbone import hash_tensors
 from rffm.model.usercode import import_path_fix, split_entry_point, user_source
 from rffm.records.files import sha256_file, sha256_json
@@ -159,7 +159,7 @@ def load(backbone: dict[str, Any], path: Path, where: str, device: torch.device 
     kind = backbone["source"]
     if kind == EXPORT:
         if sha256_file(path) != backbone["fingerprint"]:
-            raise IntegrityError(f"{path}: sha256 differs from the fingerprint its import recorded. Fix: rerun snakemake.")
+            raise checked_yet_disagree(f"{path}: sha256 differs from the fingerprint its import recorded")  # both vouched by its sentinel
         model = load_export(path, where)
         return model.to(device) if hasattr(model, "to") else model, backbone["fingerprint"]
     python = backbone["python"]
@@ -174,8 +174,6 @@ def load(backbone: dict[str, Any], path: Path, where: str, device: torch.device 
     load_state(model, blob["state_dict"], bool(python.get("strict", True)), where, path)
     actual = python_fingerprint(python, tensors_digest(blob["state_dict"]), source["sha256"])
     if actual != backbone["fingerprint"]:
-        raise IntegrityError(
-            f"{path}: fingerprint {actual[:16]}… differs from the recorded {backbone['fingerprint'][:16]}…. Fix: rerun snakemake."
-        )
+        raise checked_yet_disagree(f"{path}: fingerprint {actual[:16]}… differs from the recorded {backbone['fingerprint'][:16]}…")
     model.requires_grad_(False)
     return model.eval().to(device), actual

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rffm.errors import IntegrityError
+from rffm.errors import IntegrityError, checked_yet_disagree
 from rffm.model import encoder as encoders
 from rffm.records import launch, ledger, manifest
 from rffm.records.layout import BACKBONE_NAME, SELECTION_NAME, SENTINEL_NAME, split_file
@@ -92,8 +92,7 @@ def predictor(cached: dict, backbone_dir: Path, head, step: Step, batch_size: in
         encoder = cached["encoder"]
         model = encoders.load(cached["backbone"], backbone_dir / BACKBONE_NAME, encoder["spec"], encoder["where"], device)
         if model.identity != encoder["fingerprint"]:
-            where = f"{backbone_dir}: not the encoder the cache record names"
-            raise IntegrityError(f"{RULE} refuses to start: {where}. Fix: rerun snakemake.")
+            raise checked_yet_disagree(f"{RULE} refuses to start: {backbone_dir}: not the encoder the cache record names")
         predictions, step.details["batch_stats"] = predict_heads(model, head, test_path, batch_size, batch_profile, device)
         return predictions
 
