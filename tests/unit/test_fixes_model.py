@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from cached_tiny import build_cache
+
 from fixes import fix_of
 from rffm.errors import ConfigError, IntegrityError
 from rffm.model import encoder, foreign
