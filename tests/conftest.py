@@ -55,6 +55,7 @@ LONGEST_FIRST = [
     "test_gpu_check",
     "test_fixes_misc_workflow",
     "test_fixes_integrity_workflow",
+    "test_fixes_cache_race_workflow",
     "test_kill_battery",  # 23 units of ~10 s each: filling in for the long ones
     "test_guarantee_matrix",  # 57 units of ~6 s each, once test_byo has built the matrix tree they copy
     "test_examples",

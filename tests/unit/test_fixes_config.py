@@ -166,6 +166,8 @@ def test_every_keyword_of_the_schema_is_put_in_words_with_its_fix():
     """No violation of the schema reaches the fallback of messages._describe (which claims no fix: a bug)."""
     used = {key for _, node in NODES for key in node} - NOT_CHECKS
     assert used <= DESCRIBED, f"worded by no branch of rffm.config.messages._describe: {sorted(used - DESCRIBED)}"
+    subschemas = [child for _, node in NODES for child in [*node.get("properties", {}).values(), node.get("items"), node.get("then")]]
+    assert not [child for child in subschemas if isinstance(child, bool)]  # a `false` schema fails under no keyword to word
 
 
 def test_a_check_no_branch_words_is_reported_as_a_bug_without_a_fix_it_cannot_do():
