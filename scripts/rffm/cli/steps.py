@@ -68,7 +68,7 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--disk-headroom": {"type": float, "required": True, "help": "required free scratch space / cache size (0: no check)"},
     "--scratch": {"required": True, "help": "this node's directory for the hidden-state caches"},
     "--store": {"help": "the results store: a directory or gs://bucket/prefix (every rule passes it)"},
-    "--memo-store": {"default": "", "help": "where completed epochs are kept for resuming (default: the results store)"},
+    "--memo-store": {"default": "", "help": "the memo store of completed epochs (config checkpoint_store; default: the results store)"},
     "--profile-runs": {"nargs": "*", "default": [], "help": "runs whose profiling folders get the build's trace"},
     "--profile-batches": {"type": int, "default": 0, "help": TRACE},
     "--encoder": {
