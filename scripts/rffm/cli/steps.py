@@ -22,18 +22,13 @@ def _json(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
 
 
-def _spec(section: str) -> Callable[[str], dict]:
-    """Parse a step's --spec: one entry of the config's `section`, completed with the schema's defaults."""
-
-    def parse(text: str) -> dict:
-        from rffm.config import entry_defaults
-
-        try:
-            return entry_defaults(section, json.loads(text))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"--spec is not valid JSON: {exc}") from None
-
-    return parse
+def _spec(text: str) -> dict:
+    """Parse a step's --spec: one entry of the config as the rule passes it, already validated and completed with the
+    schema's defaults while planning (one defaults pass: the job fills nothing)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--spec is not valid JSON: {exc}") from None
 
 
 def _folder(what: str) -> dict[str, Any]:
@@ -86,7 +81,7 @@ def add_verbs(verbs: argparse._SubParsersAction) -> None:
         sub.set_defaults(func=run_step, step=step)
         if step.spec:
             sub.add_argument(
-                "--spec", type=_spec(step.spec), required=True, help=f"JSON: one entry of `{step.spec}` (the rule passes its params)"
+                "--spec", type=_spec, required=True, help=f"JSON: one entry of `{step.spec}`, completed while planning (the rule's params)"
             )
         if step.torch:
             sub.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
