@@ -53,7 +53,7 @@ def test_hooks_on_named_modules_with_a_cls_prefix():
 def test_a_method_returning_layers_and_a_channels_first_form():
     model = spectrumfm_like.build(**SPECTRUM)
     enc = encoder(model, adapter={"layout": "samples"}, taps={"method": "hidden_states", "select": [0, -1]})
-    assert enc.shapes(64) == [(64, 16), (64, 16)]
+    assert enc.tap_shapes(64) == [(64, 16), (64, 16)]
 
     class ChannelsFirst(nn.Module):
         def forward(self, x):

@@ -57,8 +57,10 @@ def test_a_real_staging_log_is_line_based_and_rate_limited(tmp_path):
     import subprocess
 
     from conftest import BIN
+    from rffm.config import entry_defaults
 
-    spec = {"name": "big", "source": "synthetic", "seed": 1, "synthetic": {"examples_per_class_snr": 30, "length": 128}}
+    synthetic = {"examples_per_class_snr": 30, "length": 128}
+    spec = entry_defaults("datasets", {"name": "big", "source": "synthetic", "seed": 1, "synthetic": synthetic})  # as the rule passes it
     log = tmp_path / "stage.log"
     env = {k: v for k, v in os.environ.items() if k != "RFFM_PLAIN_PROGRESS"} | {"RFFM_PROGRESS_INTERVAL": "0.25"}
     with open(log, "w") as handle:

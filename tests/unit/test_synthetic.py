@@ -33,9 +33,9 @@ def test_constellations_have_unit_power_and_the_right_size():
         assert np.isclose(np.mean(np.abs(points) ** 2), 1.0)
 
 
-def test_rrc_taps_have_unit_energy():
-    taps = synthetic.rrc_taps(0.35, 8, 8)
-    assert np.isclose(np.sum(taps**2), 1.0)
+def test_rrc_kernel_has_unit_energy():
+    kernel = synthetic.rrc_kernel(0.35, 8, 8)
+    assert np.isclose(np.sum(kernel**2), 1.0)
 
 
 def test_low_snr_is_noisier_than_high_snr():

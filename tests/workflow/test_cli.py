@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -5,6 +6,7 @@ from pathlib import Path
 import rffm
 from conftest import BIN, REPO
 from rffm.cli import main, parser
+from rffm.config import entry_defaults
 
 
 def test_status_lists_runs_and_manifest_paths(finished_workdir: Path, capsys):
@@ -22,7 +24,7 @@ def test_errors_are_one_clear_line_without_traceback(tmp_path: Path):
             str(BIN / "rffm"),
             "train_epoch",
             "--spec",
-            '{"run": "r", "train": {"lr": 1, "batch_size": 2, "seed": 0}}',
+            json.dumps(entry_defaults("runs", {"run": "r", "train": {"lr": 1, "batch_size": 2, "seed": 0}})),  # as the rule passes it
             "--epoch",
             "1",
             "--cache-record-dir",

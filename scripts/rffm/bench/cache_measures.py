@@ -255,6 +255,6 @@ def option_bytes(dataset_dir: Path, model: encoders.Encoder, spec: dict[str, Any
         length = int(handle["iq"].shape[-1])
     every = encoders.Encoder(model.model, model.fingerprint, {**spec, "keep": "all"}, model.where, model.native_layers, model.length)
     pooled = spec["taps"]["form"] == "pooled"
-    taps = [(tokens, width, pooled) for tokens, width in every.shapes(length)]
+    raw_shapes = [(tokens, width, pooled) for tokens, width in every.tap_shapes(length)]
     classes = read_json(dataset_dir / SENTINEL_NAME)["dataset"]["classes"]
-    return cache_plan.option_sizes(counts, taps, spec, classes, keep_options(int(spec["taps"]["prefix"]), spec["keep"]))
+    return cache_plan.option_sizes(counts, raw_shapes, spec, classes, keep_options(int(spec["taps"]["prefix"]), spec["keep"]))

@@ -37,6 +37,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from rffm.config import entry_defaults
 from rffm.data.radioml import RML2018_CLASSES
 from rffm.data.sources import BLOCK_BYTES
 from rffm.data.splits import SETTLE_BYTES
@@ -149,7 +150,7 @@ def raw_copy(path: Path, target: Path) -> float:
 
 def stage(source: Path, out_dir: Path, log: Path) -> tuple[float, float, int]:
     """Run `rffm stage_dataset` on a file in a child process: (wall seconds, CPU seconds, peak RSS bytes)."""
-    spec = {"name": "bench", "source": "radioml2018", "seed": 0, "radioml2018": {"path": str(source)}}
+    spec = entry_defaults("datasets", {"name": "bench", "source": "radioml2018", "seed": 0, "radioml2018": {"path": str(source)}})
     shutil.rmtree(out_dir, ignore_errors=True)
     evict(source)
     with open(log, "a") as output:

@@ -22,18 +22,13 @@ def _json(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
 
 
-def _spec(section: str) -> Callable[[str], dict]:
-    """Parse a step's --spec: one entry of the config's `section`, completed with the schema's defaults."""
-
-    def parse(text: str) -> dict:
-        from rffm.config import entry_defaults
-
-        try:
-            return entry_defaults(section, json.loads(text))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"--spec is not valid JSON: {exc}") from None
-
-    return parse
+def _spec(text: str) -> dict:
+    """Parse a step's --spec: one entry of the config as the rule passes it, already validated and completed with the
+    schema's defaults while planning (one defaults pass: the job fills nothing)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--spec is not valid JSON: {exc}") from None
 
 
 def _folder(what: str) -> dict[str, Any]:
@@ -68,7 +63,7 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--disk-headroom": {"type": float, "required": True, "help": "required free scratch space / cache size (0: no check)"},
     "--scratch": {"required": True, "help": "this node's directory for the hidden-state caches"},
     "--store": {"help": "the results store: a directory or gs://bucket/prefix (every rule passes it)"},
-    "--memo-store": {"default": "", "help": "where completed epochs are kept for resuming (default: the results store)"},
+    "--memo-store": {"default": "", "help": "the memo store of completed epochs (config checkpoint_store; default: the results store)"},
     "--profile-runs": {"nargs": "*", "default": [], "help": "runs whose profiling folders get the build's trace"},
     "--profile-batches": {"type": int, "default": 0, "help": TRACE},
     "--encoder": {
@@ -86,7 +81,7 @@ def add_verbs(verbs: argparse._SubParsersAction) -> None:
         sub.set_defaults(func=run_step, step=step)
         if step.spec:
             sub.add_argument(
-                "--spec", type=_spec(step.spec), required=True, help=f"JSON: one entry of `{step.spec}` (the rule passes its params)"
+                "--spec", type=_spec, required=True, help=f"JSON: one entry of `{step.spec}`, completed while planning (the rule's params)"
             )
         if step.torch:
             sub.add_argument("--threads", type=int, default=1, help="torch intra-op threads")

@@ -167,8 +167,8 @@ def head_tap_problems(config: dict[str, Any]) -> list[str]:
             continue  # a probe tells: train_epoch checks them against the cache record
         asked = [(f"runs.{run}.train.head.taps", spec["train"]["head"].get("taps"))]
         asked += [(f"runs.{run}.sweep.train.head.taps", value) for value in (spec.get("sweep") or {}).get("train.head.taps", [])]
-        for where, taps in asked:
-            unknown = [tap for tap in taps or [] if tap not in names]
+        for where, read in asked:  # the names of the taps the head reads
+            unknown = [tap for tap in read or [] if tap not in names]
             if unknown:
                 problems.append(
                     f"{where}: {unknown[0]!r} is not a tap of backbone {spec['backbone']} (its cache holds {', '.join(names)}). "

@@ -21,7 +21,7 @@ ROOT_WRITES = {"results": " (/datasets, /runs ...)"}
 
 
 def load_schema(schema_path: str | Path = SCHEMA) -> dict[str, Any]:
-    """The config schema as a mapping (libyaml's safe loader: every planning and every step with a --spec reads it)."""
+    """The config schema as a mapping (libyaml's safe loader: every planning reads it)."""
     return yaml.load(Path(schema_path).read_text(), Loader=yaml.CSafeLoader)
 
 

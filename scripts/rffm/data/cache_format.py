@@ -1,5 +1,5 @@
 """The hidden-state cache's files: BF16 rows in preallocated memory-mapped files (one per cached split), labels and
-SNR as .npy, meta.json (shapes, taps, classes), and a sealed sentinel naming the recipe they were built from and
+SNR as .npy, meta.json (shapes, tap layout, classes), and a sealed sentinel naming the recipe they were built from and
 every file's bytes. The size of a cache is computed here (and by cache_plan while planning)."""
 
 from __future__ import annotations

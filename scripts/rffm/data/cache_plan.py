@@ -35,9 +35,10 @@ def human_bytes(count: float) -> str:
 SENTINEL_BYTES = 4096  # the cache sentinel: seven file records (sizes and digests), about 1.2 KiB whatever the cache
 
 
-def cache_meta(fingerprint: str, classes: list[str], shapes: dict[str, list[int]], taps: list[dict[str, Any]]) -> dict[str, Any]:
-    """A cache's meta.json: what a head needs to read its rows (the writer writes it; the planner sizes it)."""
-    return {"backbone_fingerprint": fingerprint, "classes": classes, "dtype": "bfloat16", "shapes": shapes, "taps": taps}
+def cache_meta(fingerprint: str, classes: list[str], shapes: dict[str, list[int]], tap_layout: list[dict[str, Any]]) -> dict[str, Any]:
+    """A cache's meta.json: what a head needs to read its rows (the writer writes it; the planner sizes it); its `taps`
+    is the tap layout, {name, tokens, dim} per tap in row order."""
+    return {"backbone_fingerprint": fingerprint, "classes": classes, "dtype": "bfloat16", "shapes": shapes, "taps": tap_layout}
 
 
 def meta_bytes(meta: dict[str, Any]) -> int:
@@ -58,18 +59,19 @@ def row_cache_bytes(counts: dict[str, int], row_elements: int, meta_size: int, b
 
 
 def option_sizes(
-    counts: dict[str, int], taps: list[tuple[int, int, bool]], spec: dict[str, Any], classes: list[str], options: list[str]
+    counts: dict[str, int], raw_shapes: list[tuple[int, int, bool]], spec: dict[str, Any], classes: list[str], options: list[str]
 ) -> dict[str, int]:
-    """Bytes on disk of a cache of train + val for each keep option; taps are (tokens, width, pooled) as the model gives them."""
+    """Bytes on disk of a cache of train + val for each keep option; `raw_shapes`: (tokens, width, pooled) per tap as the
+    model gives them."""
     prefix = int(spec["taps"]["prefix"])
     cached = {split: counts[split] for split in CACHED_SPLITS}
     sizes = {}
     for option in options:
-        kept = [(1 if pooled else kept_count(tokens, prefix, option), width) for tokens, width, pooled in taps]
+        kept = [(1 if pooled else kept_count(tokens, prefix, option), width) for tokens, width, pooled in raw_shapes]
         row = row_shape(kept)
         names = tap_names(spec["taps"], len(kept))
-        described = [{"dim": width, "name": name, "tokens": tokens} for name, (tokens, width) in zip(names, kept, strict=True)]
-        meta = cache_meta("0" * 64, classes, {split: [count, *row] for split, count in cached.items()}, described)
+        layout = [{"dim": width, "name": name, "tokens": tokens} for name, (tokens, width) in zip(names, kept, strict=True)]
+        meta = cache_meta("0" * 64, classes, {split: [count, *row] for split, count in cached.items()}, layout)
         sizes[option] = row_cache_bytes(cached, sum(tokens * width for tokens, width in kept), meta_bytes(meta))
     return sizes
 
@@ -114,16 +116,17 @@ def dataset_facts(config: dict[str, Any], results: str, dataset: str) -> tuple[d
     return counts or synthetic_counts(spec), length, classes
 
 
-def native_taps(backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]] | None:
-    """Raw taps of an in-workflow transformer from its config (default taps: its output layers), None when a probe must tell."""
-    arch, taps = backbone.get("arch"), backbone.get("taps", {})
-    if backbone["source"] not in BUILT_HERE or arch is None or taps.get("modules") or taps.get("method"):
+def native_raw_shapes(backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]] | None:
+    """Raw tap shapes of an in-workflow transformer from its config (default taps: its output layers), None when a probe
+    must tell."""
+    arch, tap_config = backbone.get("arch"), backbone.get("taps", {})
+    if backbone["source"] not in BUILT_HERE or arch is None or tap_config.get("modules") or tap_config.get("method"):
         return None
     return [(length // arch["patch"], arch["dim"], False)] * arch.get("output_layers", 1)
 
 
-def probed_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]]:
-    """Raw taps of a backbone from one probe batch through a freshly built model (random weights: shapes only)."""
+def probed_raw_shapes(name: str, backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]]:
+    """Raw tap shapes of a backbone from one probe batch through a freshly built model (random weights: shapes only)."""
     import torch
 
     from rffm.model import backbone as native
@@ -146,7 +149,7 @@ def probed_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[
         arch = native.BackboneArch(length=length, **backbone["arch"])
         encoder = Encoder(native.build(arch, 0).eval(), "", spec, where, native_layers=arch.output_layers)
     pooled = spec["taps"]["form"] == "pooled"
-    return [(tokens, width, pooled) for tokens, width in encoder.shapes(length)]
+    return [(tokens, width, pooled) for tokens, width in encoder.tap_shapes(length)]
 
 
 # Probe results of the backbones planned in this directory (Snakemake's own folder): a probe imports torch and builds the
@@ -154,8 +157,8 @@ def probed_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[
 PROBES = Path(".snakemake") / "rffm" / "probes"
 
 
-def remembered_taps(name: str, backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]]:
-    """probed_taps, remembered under what decides the shapes: the backbone's config (with its files' pins), the user's
+def remembered_raw_shapes(name: str, backbone: dict[str, Any], length: int) -> list[tuple[int, int, bool]]:
+    """probed_raw_shapes, remembered under what decides the shapes: the backbone's config (with its files' pins), the user's
     module source for a python backbone, and the length."""
     identity = {"backbone": backbone, "length": length}
     if backbone["source"] == PYTHON:
@@ -165,15 +168,15 @@ def remembered_taps(name: str, backbone: dict[str, Any], length: int) -> list[tu
         identity["code"] = user_source(python["entry_point"], python.get("import_path"), f"backbones.{name}")["sha256"]
     path = PROBES / f"{sha256_json(identity)}.json"
     try:
-        return [tuple(tap) for tap in read_json(path)]
+        return [tuple(shape) for shape in read_json(path)]
     except (OSError, ValueError, TypeError):
         pass
-    taps = probed_taps(name, backbone, length)
+    raw_shapes = probed_raw_shapes(name, backbone, length)
     try:
-        atomic_write_json(path, [list(tap) for tap in taps])
+        atomic_write_json(path, [list(shape) for shape in raw_shapes])
     except OSError:
         pass  # a directory planning cannot write: probe again next time
-    return taps
+    return raw_shapes
 
 
 def scratch_budget(scratch: str, headroom: float, asked: dict[str, Any]) -> tuple[int, str]:
@@ -207,12 +210,12 @@ def refusals(config: dict[str, Any], results: str, scratch: str, asked: dict[str
         if headroom <= 0 or counts is None or length is None or classes is None:
             continue  # build_cache checks the disk itself once the counts are known
         try:
-            taps = native_taps(backbone, length) or remembered_taps(name, backbone, length)
+            raw_shapes = native_raw_shapes(backbone, length) or remembered_raw_shapes(name, backbone, length)
         except RffmError as error:
             problems.append(str(error))
             continue
         spec = spec_for(backbone)
-        sizes = option_sizes(counts, taps, spec, classes, keep_options(int(spec["taps"]["prefix"]), spec["keep"]))
+        sizes = option_sizes(counts, raw_shapes, spec, classes, keep_options(int(spec["taps"]["prefix"]), spec["keep"]))
         budget, said = scratch_budget(scratch, headroom, asked or {})
         needed = sizes[spec["keep"]]
         if needed > budget:

@@ -247,7 +247,7 @@ def seal_cache(
 ) -> dict[str, Any]:
     """Write meta.json and, last, the sealed sentinel that marks the directory a complete cache; the meta."""
     shapes = record["cache"]["shapes"]
-    # taps: (name, tokens, dim) per tap: the head splits flat rows [F] by them
+    # the tap layout (the record's `taps`: name, tokens, dim per tap): the head splits flat rows [F] by it
     meta = cache_meta(
         fingerprint,
         record["cache"]["classes"],

@@ -45,28 +45,28 @@ class SyntheticSpec:
     impairments: Impairments = field(default_factory=Impairments)
 
 
-def rrc_taps(beta: float, sps: int, span: int) -> np.ndarray:
-    """Unit-energy root-raised-cosine filter taps."""
+def rrc_kernel(beta: float, sps: int, span: int) -> np.ndarray:
+    """Unit-energy root-raised-cosine filter kernel."""
     t = np.arange(-span * sps // 2, span * sps // 2 + 1) / sps
-    taps = np.empty_like(t)
+    kernel = np.empty_like(t)
     for i, ti in enumerate(t):
         if abs(ti) < 1e-12:
-            taps[i] = 1 - beta + 4 * beta / np.pi
+            kernel[i] = 1 - beta + 4 * beta / np.pi
         elif abs(abs(4 * beta * ti) - 1) < 1e-9:
-            taps[i] = beta / np.sqrt(2) * ((1 + 2 / np.pi) * np.sin(np.pi / (4 * beta)) + (1 - 2 / np.pi) * np.cos(np.pi / (4 * beta)))
+            kernel[i] = beta / np.sqrt(2) * ((1 + 2 / np.pi) * np.sin(np.pi / (4 * beta)) + (1 - 2 / np.pi) * np.cos(np.pi / (4 * beta)))
         else:
-            taps[i] = (np.sin(np.pi * ti * (1 - beta)) + 4 * beta * ti * np.cos(np.pi * ti * (1 + beta))) / (
+            kernel[i] = (np.sin(np.pi * ti * (1 - beta)) + 4 * beta * ti * np.cos(np.pi * ti * (1 + beta))) / (
                 np.pi * ti * (1 - (4 * beta * ti) ** 2)
             )
-    return taps / np.sqrt(np.sum(taps**2))
+    return kernel / np.sqrt(np.sum(kernel**2))
 
 
-def gaussian_taps(bt: float, sps: int, span: int = 4) -> np.ndarray:
+def gaussian_kernel(bt: float, sps: int, span: int = 4) -> np.ndarray:
     """Gaussian frequency-pulse filter for GFSK, normalised to unit DC gain."""
     t = np.arange(-span * sps // 2, span * sps // 2 + 1) / sps
     a = np.sqrt(np.log(2) / 2) / bt
-    taps = np.sqrt(np.pi) / a * np.exp(-((np.pi * t / a) ** 2))
-    return taps / taps.sum()
+    kernel = np.sqrt(np.pi) / a * np.exp(-((np.pi * t / a) ** 2))
+    return kernel / kernel.sum()
 
 
 def constellation(name: str) -> np.ndarray:
@@ -105,22 +105,22 @@ def message(n: int, rng: np.random.Generator) -> np.ndarray:
 def modulate(name: str, n: int, sps: int, rng: np.random.Generator) -> np.ndarray:
     """n complex baseband samples of one modulation at sps samples/symbol."""
     if name in LINEAR:
-        taps = rrc_taps(rng.uniform(0.2, 0.5), sps, 8)
+        kernel = rrc_kernel(rng.uniform(0.2, 0.5), sps, 8)
         symbols = n // sps + 16
         upsampled = np.zeros(symbols * sps, complex)
         upsampled[::sps] = rng.choice(constellation(name), symbols)
         if name == "OQPSK":  # the quadrature rail half a symbol late
             upsampled = upsampled.real + 1j * np.roll(upsampled.imag, sps // 2)
         offset = rng.integers(4 * sps, 5 * sps)
-        return np.convolve(upsampled, taps, mode="same")[offset : offset + n]
+        return np.convolve(upsampled, kernel, mode="same")[offset : offset + n]
     if name in ("GFSK", "CPFSK", "GMSK"):
         symbols = n // sps + 8
         freq = np.repeat(rng.choice([-1.0, 1.0], symbols), sps)
         if name == "GFSK":
-            freq = np.convolve(freq, gaussian_taps(0.35, sps), mode="same")
+            freq = np.convolve(freq, gaussian_kernel(0.35, sps), mode="same")
             index = rng.uniform(0.2, 0.35)
         elif name == "GMSK":  # minimum shift: index 0.5, BT 0.3
-            freq = np.convolve(freq, gaussian_taps(0.3, sps), mode="same")
+            freq = np.convolve(freq, gaussian_kernel(0.3, sps), mode="same")
             index = 0.5
         else:
             index = rng.uniform(0.4, 0.6)
@@ -157,8 +157,8 @@ def channel(x: np.ndarray, snr_db: float, imp: Impairments, rng: np.random.Gener
         k = imp.rician_k
         gains[0] = np.sqrt(k / (k + 1)) * np.exp(1j * rng.uniform(0, 2 * np.pi)) + np.sqrt(1 / (k + 1)) * gains[0]
         lags = np.arange(ntap) - ntap // 2 + 1
-        taps = sum(g * m * np.sinc(lags - d) for g, m, d in zip(gains, mags, delays, strict=True))
-        x = np.convolve(x, taps / np.sqrt(np.sum(np.abs(taps) ** 2)), mode="same")
+        kernel = sum(g * m * np.sinc(lags - d) for g, m, d in zip(gains, mags, delays, strict=True))
+        x = np.convolve(x, kernel / np.sqrt(np.sum(np.abs(kernel) ** 2)), mode="same")
     gain = 10 ** (rng.uniform(-imp.iq_gain_db_max, imp.iq_gain_db_max) / 20)
     skew = np.deg2rad(rng.uniform(-imp.iq_phase_deg_max, imp.iq_phase_deg_max))
     x = x.real + 1j * gain * (x.imag * np.cos(skew) + x.real * np.sin(skew))

@@ -46,23 +46,23 @@ class BackboneArch:
 RATE_BANK = (2, 4, 8, 16, 32)  # symbol periods (samples) rf-multirate computes features for
 STEM_CHANNELS = {"iq": 2, "rf": 9, "rf-multirate": 9 * len(RATE_BANK)}
 LOWPASS_CUTOFF = 0.08  # cycles/sample: about the band edge of RML-style signals at 8 samples/symbol; cuts most of the noise
-LOWPASS_TAPS = 23
+LOWPASS_LENGTH = 23
 
 
-def lowpass_taps(cutoff: float, count: int) -> torch.Tensor:
-    """float64 taps of a Hann-windowed sinc low-pass FIR with unit DC gain."""
+def lowpass_kernel(cutoff: float, count: int) -> torch.Tensor:
+    """float64 kernel of a Hann-windowed sinc low-pass FIR with unit DC gain."""
     n = torch.arange(count, dtype=torch.float64) - (count - 1) / 2
     window = torch.hann_window(count + 2, periodic=False, dtype=torch.float64)[1:-1]
-    taps = torch.sinc(2 * cutoff * n) * window
-    return taps / taps.sum()
+    kernel = torch.sinc(2 * cutoff * n) * window
+    return kernel / kernel.sum()
 
 
-def lowpass_matrix(length: int, cutoff: float = LOWPASS_CUTOFF, count: int = LOWPASS_TAPS) -> torch.Tensor:
+def lowpass_matrix(length: int, cutoff: float = LOWPASS_CUTOFF, count: int = LOWPASS_LENGTH) -> torch.Tensor:
     """[L, L] matrix of a Hann-windowed sinc low-pass FIR with unit DC gain ('same' zero-padded convolution)."""
-    taps = lowpass_taps(cutoff, count)
+    kernel = lowpass_kernel(cutoff, count)
     offset = torch.arange(length).view(-1, 1) - torch.arange(length).view(1, -1) + (count - 1) // 2  # [input, output]
     inside = (offset >= 0) & (offset < count)
-    return torch.where(inside, taps[offset.clamp(0, count - 1)], 0.0).float()
+    return torch.where(inside, kernel[offset.clamp(0, count - 1)], 0.0).float()
 
 
 def lag_product(i: torch.Tensor, q: torch.Tensor, lag: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,8 +83,8 @@ def rate_filters() -> torch.Tensor:
     filters = []
     for period in RATE_BANK:
         used = 2 * round(1.5 * period) + 1
-        taps = lowpass_taps(min(0.45, 0.64 / period), used)
-        filters.append(F.pad(taps, ((count - used) // 2, (count - used) // 2)))
+        kernel = lowpass_kernel(min(0.45, 0.64 / period), used)
+        filters.append(F.pad(kernel, ((count - used) // 2, (count - used) // 2)))
     return torch.stack(filters).unsqueeze(1).float()
 
 

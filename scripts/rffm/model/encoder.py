@@ -96,24 +96,24 @@ class Encoder:
         return fingerprint(self.fingerprint, self.spec)
 
     def raw_taps(self, inputs: torch.Tensor) -> list[torch.Tensor]:
-        """The tapped hidden states as the model gives them."""
-        taps = self.spec["taps"]
-        if self.native_layers is not None and not taps.get("modules") and not taps.get("method"):
+        """The tapped hidden states as the model gives them (how it is tapped: the spec's tap config)."""
+        tap_config = self.spec["taps"]
+        if self.native_layers is not None and not tap_config.get("modules") and not tap_config.get("method"):
             return self.model.hidden_states(inputs)[-self.native_layers :]
-        if taps.get("modules"):
-            return self.hooked(inputs, taps["modules"])
-        if taps.get("method"):
-            method = getattr(self.model, taps["method"], None)
+        if tap_config.get("modules"):
+            return self.hooked(inputs, tap_config["modules"])
+        if tap_config.get("method"):
+            method = getattr(self.model, tap_config["method"], None)
             if not callable(method):
                 raise ConfigError(
-                    f"{self.where}.taps.method: {type(self.model).__name__} has no method {taps['method']!r}. "
+                    f"{self.where}.taps.method: {type(self.model).__name__} has no method {tap_config['method']!r}. "
                     f"Fix: name a method that returns the per-layer tensors."
                 )
             outputs = method(inputs)
         else:
             outputs = self.model(inputs)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
-        select = taps.get("select")
+        select = tap_config.get("select")
         if select is None:
             return outputs
         try:
@@ -160,8 +160,8 @@ class Encoder:
                 f"{self.where}: the backbone takes IQ of length {self.length}, got {iq.shape[-1]}. "
                 f"Fix: use a dataset of length {self.length}."
             )
-        taps = self.spec["taps"]
-        form, prefix = taps["form"], int(taps["prefix"])
+        tap_config = self.spec["taps"]
+        form, prefix = tap_config["form"], int(tap_config["prefix"])
         out = []
         for index, hidden in enumerate(self.raw_taps(adapt(iq, self.spec["adapter"]))):
             want = 2 if form == "pooled" else 3
@@ -185,7 +185,7 @@ class Encoder:
         """How the `count` taps are named in records and messages: module names, or output indices."""
         return taps_facts.tap_names(self.spec["taps"], count)
 
-    def shapes(self, length: int) -> list[tuple[int, int]]:
+    def tap_shapes(self, length: int) -> list[tuple[int, int]]:
         """(tokens, width) of every cached tap, from one probe batch of `length` samples."""
         with torch.no_grad():
             device = next((p.device for p in self.model.parameters()), torch.device("cpu")) if isinstance(self.model, nn.Module) else "cpu"

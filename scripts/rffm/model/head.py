@@ -17,14 +17,17 @@ from torch import nn
 
 from rffm.errors import ConfigError
 
+SAVED_SHAPES = "taps"  # the key HeadConfig.tap_shapes is saved under in checkpoints and artifacts (their bytes keep it)
+
 
 @dataclass(frozen=True)
 class HeadConfig:
     """Attention-pooling + MLP head shape; `layers` > 1 mixes that many cached taps first.
 
     `hidden` and `dropout` come from the schema-filled `train.head` (defaults live only in the config schema);
-    `taps` ((tokens, width) per tap) is set only for flat rows [F] of taps that differ in shape; `read` (positions
-    of the row's taps, in row order) only when the head reads some of them (`layers` then counts those it reads).
+    `tap_shapes` ((tokens, width) per tap, saved under the key `taps`) is set only for flat rows [F] of taps that
+    differ in shape; `read` (positions of the row's taps, in row order) only when the head reads some of them
+    (`layers` then counts those it reads).
     """
 
     dim: int
@@ -32,7 +35,7 @@ class HeadConfig:
     hidden: int
     dropout: float
     layers: int
-    taps: tuple[tuple[int, int], ...] | None = None  # a row layout, not a setting: None = uniform [T, D] / [k, T, D] rows
+    tap_shapes: tuple[tuple[int, int], ...] | None = None  # a row layout, not a setting: None = uniform [T, D] / [k, T, D] rows
     read: tuple[int, ...] | None = None  # None = every tap of the row
 
 
@@ -53,29 +56,31 @@ class AttentionPoolHead(nn.Module):
             nn.Dropout(config.dropout),
             nn.Linear(config.hidden, config.classes),
         )
-        if config.taps:  # taps narrower than the widest are projected to it (created last: a uniform head's init is unchanged)
+        if config.tap_shapes:  # taps narrower than the widest are projected to it (created last: a uniform head's init is unchanged)
             self.project = nn.ModuleList(
-                nn.Identity() if width == config.dim else nn.Linear(width, config.dim) for _, width in self.read_taps()
+                nn.Identity() if width == config.dim else nn.Linear(width, config.dim) for _, width in self.read_shapes()
             )
 
-    def read_taps(self) -> list[tuple[int, int]]:
+    def read_shapes(self) -> list[tuple[int, int]]:
         """(tokens, width) of the flat row's taps this head reads."""
-        return [tap for index, tap in enumerate(self.config.taps) if self.config.read is None or index in self.config.read]
+        shapes = self.config.tap_shapes
+        return [shape for index, shape in enumerate(shapes) if self.config.read is None or index in self.config.read]
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """[B, F] -> one [B, T_i, dim] per tap read (projected to the common width)."""
         starts = [0]
-        for tokens, width in self.config.taps:
+        shapes = self.config.tap_shapes
+        for tokens, width in shapes:
             starts.append(starts[-1] + tokens * width)
-        read = range(len(self.config.taps)) if self.config.read is None else self.config.read
+        read = range(len(shapes)) if self.config.read is None else self.config.read
         return [
-            project(flat[:, starts[index] : starts[index + 1]].view(-1, *self.config.taps[index]))
+            project(flat[:, starts[index] : starts[index + 1]].view(-1, *shapes[index]))
             for index, project in zip(read, self.project, strict=True)
         ]
 
     def mix(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, layers, T, D] (or [B, F] of differing taps) -> [B, T', D]: each tap normalized, weighted by a learned softmax."""
-        if self.config.taps:
+        if self.config.tap_shapes:
             parts = self.split(hidden)
             if len(parts) == 1:
                 return parts[0]
@@ -101,10 +106,11 @@ class AttentionPoolHead(nn.Module):
 
 
 def read_positions(names: list[str] | None, cache: dict[str, Any]) -> tuple[int, ...] | None:
-    """Positions (row order) of the named taps in a cache record's taps; None when every tap is read."""
+    """Positions (row order) of the taps a head reads (train.head.taps: their names) in a cache's tap layout; None when
+    every tap is read."""
     if names is None:
         return None
-    cached = [tap["name"] for tap in cache["taps"]]
+    cached = [tap["name"] for tap in tap_layout(cache)]
     if sorted(set(names)) == sorted(cached):
         return None
     unknown = [name for name in names if name not in cached]
@@ -117,34 +123,43 @@ def read_positions(names: list[str] | None, cache: dict[str, Any]) -> tuple[int,
 
 
 def build(options: dict[str, Any], cache: dict[str, Any]) -> AttentionPoolHead:
-    """The head for a cache record's `cache` block (or the node-local cache's meta.json): its row shape and taps; `options` = train.head."""
+    """The head for a cache record's `cache` block (or the node-local cache's meta.json): its row shape and tap layout;
+    `options` = train.head."""
     row = cache["shapes"]["train"][1:]
     classes = len(cache["classes"])
     options = dict(options)
-    read = read_positions(options.pop("taps", None), cache)
+    read = read_positions(options.pop("taps", None), cache)  # train.head.taps: the names of the taps it reads
     if len(row) == 1:  # flat row of taps that differ in shape
-        taps = tuple((int(tap["tokens"]), int(tap["dim"])) for tap in cache["taps"])
-        widths = [dim for index, (_, dim) in enumerate(taps) if read is None or index in read]
-        config = HeadConfig(dim=max(widths), classes=classes, layers=len(widths), taps=taps, read=read, **options)
+        shapes = tuple((int(tap["tokens"]), int(tap["dim"])) for tap in tap_layout(cache))
+        widths = [dim for index, (_, dim) in enumerate(shapes) if read is None or index in read]
+        config = HeadConfig(dim=max(widths), classes=classes, layers=len(widths), tap_shapes=shapes, read=read, **options)
     else:
         layers = len(read) if read is not None else row[0] if len(row) == 3 else 1
         config = HeadConfig(dim=row[-1], classes=classes, layers=layers, read=read, **options)
     return AttentionPoolHead(config)
 
 
+def tap_layout(cache: dict[str, Any]) -> list[dict[str, Any]]:
+    """A cache's tap layout: {name, tokens, dim} per tap in row order (its record's and meta.json's key `taps`)."""
+    return cache["taps"]
+
+
 def config_record(config: HeadConfig) -> dict[str, Any]:
-    """The config as saved in checkpoints and artifacts (`taps`, `read` only when set, so uniform heads save what they always did)."""
+    """The config as saved in checkpoints and artifacts: `tap_shapes` under the key `taps` and `read`, each only when set
+    (so uniform heads save what they always did)."""
     record = asdict(config)
-    for key in ("taps", "read"):
-        value = record.pop(key)
-        if value is not None:
-            record[key] = [list(tap) for tap in value] if key == "taps" else list(value)
+    shapes, read = record.pop("tap_shapes"), record.pop("read")
+    if shapes is not None:
+        record[SAVED_SHAPES] = [list(shape) for shape in shapes]
+    if read is not None:
+        record["read"] = list(read)
     return record
 
 
 def from_record(record: dict[str, Any]) -> AttentionPoolHead:
     """A head (untrained) from a saved config record."""
-    taps, read = record.get("taps"), record.get("read")
+    record = dict(record)
+    shapes, read = record.pop(SAVED_SHAPES, None), record.pop("read", None)
     return AttentionPoolHead(
-        HeadConfig(**{**record, "taps": tuple(tuple(t) for t in taps) if taps else None, "read": tuple(read) if read else None})
+        HeadConfig(**record, tap_shapes=tuple(tuple(s) for s in shapes) if shapes else None, read=tuple(read) if read else None)
     )

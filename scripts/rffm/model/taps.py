@@ -20,8 +20,8 @@ KEEP = re.compile(r"^(all|prefix|mean|prefix\+mean|every:([1-9][0-9]*))$")
 def spec_for(backbone: dict[str, Any]) -> dict[str, Any]:
     """What build_cache does with a backbone (a cache param, part of the cache's identity): adapter, taps, keep."""
     adapter = {"layout": "channels", "normalize": "none", **backbone.get("adapter", {})}
-    taps = {"form": "tokens", "prefix": 0, **backbone.get("taps", {})}
-    return {"adapter": adapter, "taps": taps, "keep": backbone.get("keep", "all")}
+    tap_config = {"form": "tokens", "prefix": 0, **backbone.get("taps", {})}
+    return {"adapter": adapter, "taps": tap_config, "keep": backbone.get("keep", "all")}
 
 
 def kept_count(tokens: int, prefix: int, keep: str) -> int:
@@ -47,31 +47,32 @@ def keep_options(prefix: int, configured: str) -> list[str]:
     return options if configured in options else [*options, configured]
 
 
-def tap_names(taps: dict[str, Any], count: int) -> list[str]:
-    """How `count` taps are named in records and messages: module names, or output indices (`taps`: spec_for's)."""
-    if taps.get("modules"):
-        return list(taps["modules"])
-    return [f"output {taps['select'][i]}" if taps.get("select") else f"output {i}" for i in range(count)]
+def tap_names(tap_config: dict[str, Any], count: int) -> list[str]:
+    """How `count` taps are named in records and messages: module names, or output indices (`tap_config`: spec_for's `taps`)."""
+    if tap_config.get("modules"):
+        return list(tap_config["modules"])
+    select = tap_config.get("select")
+    return [f"output {select[i]}" if select else f"output {i}" for i in range(count)]
 
 
 def declared_names(backbone: dict[str, Any]) -> list[str] | None:
     """The names its cache will give a backbone's taps, where the config alone says them (None: only a probe can tell)."""
-    taps = spec_for(backbone)["taps"]
-    if taps.get("modules"):
-        return list(taps["modules"])
-    if taps.get("method"):
+    tap_config = spec_for(backbone)["taps"]
+    if tap_config.get("modules"):
+        return list(tap_config["modules"])
+    if tap_config.get("method"):
         return None
-    if taps.get("select"):
-        return tap_names(taps, len(taps["select"]))
+    if tap_config.get("select"):
+        return tap_names(tap_config, len(tap_config["select"]))
     if backbone["source"] in BUILT_HERE:
-        return tap_names(taps, int(backbone.get("arch", {}).get("output_layers", 1)))
+        return tap_names(tap_config, int(backbone.get("arch", {}).get("output_layers", 1)))
     return None
 
 
-def row_shape(taps: list[tuple[int, int]]) -> list[int]:
+def row_shape(tap_shapes: list[tuple[int, int]]) -> list[int]:
     """A cache row's shape: [T, D] (one tap), [k, T, D] (k taps of one shape) or [F] (taps of differing shapes)."""
-    if len(taps) == 1:
-        return list(taps[0])
-    if len(set(taps)) == 1:
-        return [len(taps), *taps[0]]
-    return [sum(tokens * dim for tokens, dim in taps)]
+    if len(tap_shapes) == 1:
+        return list(tap_shapes[0])
+    if len(set(tap_shapes)) == 1:
+        return [len(tap_shapes), *tap_shapes[0]]
+    return [sum(tokens * dim for tokens, dim in tap_shapes)]

@@ -2,7 +2,7 @@
 
 The record (results/caches/<dataset>__<backbone>/sentinel.json) names the recipe — the dataset and
 backbone sentinels, this code, and the encoder (input adapter, taps, keep option: rffm.model.encoder)
-— and what the cache holds (classes, row shapes, taps); epochs link to it.
+— and what the cache holds (classes, row shapes, tap layout); epochs link to it.
 The cache itself lives under `scratch` on the node that trains (rffm.data.cache_local): the workflow never
 tracks, uploads or deletes it, and an epoch that does not find it builds it the same way.
 """
@@ -41,9 +41,9 @@ def describe(
     if problem:
         raise ConfigError(problem)
     model = encoders.load(backbone, backbone_dir / BACKBONE_NAME, encoder, where)
-    taps = model.shapes(length)
-    names = model.tap_names(len(taps))
-    row = encoders.row_shape(taps)
+    shapes = model.tap_shapes(length)
+    names = model.tap_names(len(shapes))
+    row = encoders.row_shape(shapes)
     counts = dataset["dataset"]["counts"]
     return {
         "backbone_fingerprint": backbone["fingerprint"],
@@ -54,7 +54,7 @@ def describe(
             "dtype": "bfloat16",
             "input_length": length,
             "shapes": {split: [counts[split], *row] for split in CACHED_SPLITS},
-            "taps": [{"name": name, "tokens": tokens, "dim": dim} for name, (tokens, dim) in zip(names, taps, strict=True)],
+            "taps": [{"name": name, "tokens": tokens, "dim": dim} for name, (tokens, dim) in zip(names, shapes, strict=True)],  # tap layout
         },
     }
 

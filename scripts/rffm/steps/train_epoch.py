@@ -44,29 +44,30 @@ def run(
 ) -> Path:
     """Train epoch `epoch` (1-based) of every member and write checkpoint.pt, metrics.json and the sentinel.
 
-    An epoch (or a member's epoch) kept in the memo (rffm.records.memo) with this identity is restored
-    instead of trained; a trained one is kept there. The hidden-state cache is read from this node's scratch, built first if missing.
+    An epoch (or a member's epoch) in the memo (rffm.records.memo, under `memo_store`, default the results store)
+    with this identity is restored instead of trained; a trained one is saved there. The hidden-state cache is
+    read from this node's scratch, built first if missing.
     """
     bundle = sweep.is_bundle(spec)
     if not bundle:  # a one-value sweep is its plain run
         spec = sweep.member_spec(spec, sweep.members(spec)[0])
     results = open_store(store) if store else None
-    kept = open_store(memo_store) if memo_store else results
+    memo_store = open_store(memo_store) if memo_store else results  # the memo's store: the one given, else the results store
     this = Epoch(spec, epoch, Path(previous_dir) if previous_dir else None, NodeCache(Path(cache_record_dir), scratch, cache_options))
     with Step(RULE, out_dir, key={"run": spec["run"], "epoch": epoch}, params=step_params(spec), threads=threads) as step:
         step.details["epoch"] = epoch
         this.cache.record = step.consume("cache", this.cache.record_dir / SENTINEL_NAME)
         if epoch > 1:
             step.consume("previous_epoch", this.previous_dir / SENTINEL_NAME, [CHECKPOINT_NAME])
-        restored = kept is not None and memo.restore(kept, step, EPOCH_FILES)
+        restored = memo_store is not None and memo.restore(memo_store, step, EPOCH_FILES)
         if restored:
             trained = []
         elif bundle:
-            trained = train_sweep(this, step, kept, device, results, profile_batches)
+            trained = train_sweep(this, step, memo_store, device, results, profile_batches)
         else:
             trained = train_plain(this, step, device, results, profile_batches)
-    if not restored and kept is not None:
-        memo.save(kept, step, EPOCH_FILES)
+    if not restored and memo_store is not None:
+        memo.save(memo_store, step, EPOCH_FILES)
     for member in trained:  # optional side output, after the epoch is complete
         tensorboard.log_epoch(f"{spec['run']}/{member.name}" if bundle else spec["run"], member.metrics)
     return step.sentinel

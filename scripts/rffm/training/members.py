@@ -113,13 +113,15 @@ def train_plain(epoch: Epoch, step: Step, device: str, results: Store | None, pr
     return [member]
 
 
-def train_sweep(epoch: Epoch, step: Step, kept: Store | None, device: str, results: Store | None, profile_batches: int) -> list[Member]:
+def train_sweep(
+    epoch: Epoch, step: Step, memo_store: Store | None, device: str, results: Store | None, profile_batches: int
+) -> list[Member]:
     """A sweep's epoch: restore each member the memo holds, train the others together, keep them, bundle them all into
     the step's files; the members trained."""
     run = epoch.spec["run"]
     with tempfile.TemporaryDirectory(prefix="rffm-members-") as folder:
         group = [sweep_member(epoch, step, m, Path(folder) / f"m{i}") for i, m in enumerate(sweep.members(epoch.spec))]
-        todo = [m for m in group if not (kept is not None and memo.restore(kept, m.step, EPOCH_FILES))]
+        todo = [m for m in group if not (memo_store is not None and memo.restore(memo_store, m.step, EPOCH_FILES))]
         for m in group:
             print(f"{step.rule} {run}/{epoch.number}: member {m.name} {'trained' if m in todo else 'restored from the memo'}")
         restored = [m.name for m in group if m not in todo]
@@ -129,8 +131,8 @@ def train_sweep(epoch: Epoch, step: Step, kept: Store | None, device: str, resul
             train(epoch, todo, step, device, results, profile_batches)
         for m in group:
             m.step.close()
-            if m in todo and kept is not None:
-                memo.save(kept, m.step, EPOCH_FILES)
+            if m in todo and memo_store is not None:
+                memo.save(memo_store, m.step, EPOCH_FILES)
         write_bundle(step, group, epoch.number)
     return todo
 
