@@ -19,7 +19,10 @@ def booking_of(monkeypatch: pytest.MonkeyPatch, profile: str, *argv: str) -> pla
     them to the workflow, the command line as Snakemake parsed it."""
     from snakemake import cli
 
+    profile, _, machine = profile.partition("+")
     settings = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+    for rule in ("build_cache", "train_epoch") if machine else ():  # a VM of N GPUs: the machine type alone (profiles/README.md)
+        settings["set-resources"][rule] = {"googlebatch_machine_type": machine}
     args = cli.get_argument_parser().parse_args(["--executor", settings["executor"], *argv])
     resources = SimpleNamespace(overwrite_resources=settings["set-resources"])
     workflow = SimpleNamespace(main_snakefile="workflow/Snakefile", resource_settings=resources)
@@ -64,6 +67,13 @@ def booking_of(monkeypatch: pytest.MonkeyPatch, profile: str, *argv: str) -> pla
             "1 cache build, 3 runs, 7 epochs in one group job holding 1 GPU (nvidia_gpu: one nvidia-l4 per "
             "VM) (cache_tiny__mini: one VM or node; cache.colocate: per-cache)",
         ),
+        (
+            "gcp-batch+g2-standard-48",
+            (),
+            "per-cache",
+            "1 cache build, 3 runs, 7 epochs in one group job holding 4 GPUs (g2-standard-48: 4 per VM) "
+            "(cache_tiny__mini: one VM or node; cache.colocate: per-cache)",
+        ),
     ],
 )
 def test_the_colocation_note_says_the_gpus_each_group_job_holds(monkeypatch, profile: str, argv: tuple[str, ...], colocate: str, line: str):
@@ -78,9 +88,13 @@ def test_the_colocation_note_says_the_gpus_each_group_job_holds(monkeypatch, pro
         ({"gpu": 2}, "slurm", (2, "")),
         ({"gres": "gpu:a100:1"}, "slurm", (None, "")),  # booked, but not as a count the plan reads
         ({"mem_mb": 4000}, "slurm", (0, "")),
-        ({"nvidia_gpu": "nvidia-l4"}, "rffm-googlebatch", (1, "nvidia-l4")),
-        ({"nvidia_gpu": 4}, "rffm-googlebatch", (4, "")),
-        ({"googlebatch_machine_type": "g2-standard-48"}, "rffm-googlebatch", (None, "")),  # the machine type's own GPUs
+        ({"nvidia_gpu": "nvidia-l4"}, "rffm-googlebatch", (1, "nvidia_gpu: one nvidia-l4 per VM")),
+        ({"nvidia_gpu": 4}, "rffm-googlebatch", (4, "")),  # a count: summed over the group's layer, as on SLURM
+        ({"googlebatch_machine_type": "g2-standard-48"}, "rffm-googlebatch", (4, "g2-standard-48: 4 per VM")),  # its own L4s
+        ({"googlebatch_machine_type": "a2-highgpu-2g"}, "rffm-googlebatch", (2, "a2-highgpu-2g: 2 per VM")),
+        ({"googlebatch_machine_type": "n1-standard-8"}, "rffm-googlebatch", (None, "")),  # GPUs of its own: not known here
+        ({"googlebatch_machine_type": "e2-standard-4"}, "rffm-googlebatch", (None, "")),
+        ({}, "rffm-googlebatch", (0, "")),
         ({"gpu": 1}, None, (None, "")),
     ],
 )

@@ -67,7 +67,7 @@ class GpuBooking:
     build: int | None  # GPUs one build_cache job books (None: booked in a way the plan cannot count, e.g. gres)
     epoch: int | None  # GPUs one train_epoch job books
     at_once: int | None = None  # the most epochs a group job runs at once (--cores, --resources); None: no limit
-    vm_type: str = ""  # Google Batch's nvidia_gpu as a type (nvidia-l4): one accelerator per VM, whatever the group
+    per_vm: str = ""  # on Google Batch, why `epoch` is the VM's count, never summed over the group (e.g. its machine type)
 
 
 def group_gpus(booking: GpuBooking | None, runs: int) -> str:
@@ -76,8 +76,8 @@ def group_gpus(booking: GpuBooking | None, runs: int) -> str:
     if booking is None or booking.build is None or booking.epoch is None:
         return ""
     at_once = min(runs, booking.at_once or runs)
-    if booking.vm_type:  # a string resource: Snakemake never sums it over a group, the VM gets one accelerator
-        return f"1 GPU (nvidia_gpu: one {booking.vm_type} per VM)"
+    if booking.per_vm:  # the VM's GPUs, however many epochs run at once (they take the GPUs in turn)
+        return f"{booking.epoch} GPU{'s' if booking.epoch != 1 else ''} ({booking.per_vm})"
     gpus = max(booking.build, at_once * booking.epoch)
     limit = f", {at_once} epoch{'s' if at_once > 1 else ''} at once" if at_once < runs else ""
     return f"{gpus} GPU{'s' if gpus != 1 else ''}{limit}" if gpus else "no GPU"
@@ -114,17 +114,32 @@ def colocation_lines(config: dict[str, Any], booking: GpuBooking | None = None) 
     return lines
 
 
+# Google Cloud's accelerator-optimized machine types and the GPUs each comes with (a2/a3: the count ends the name).
+G2_GPUS = {"g2-standard-24": 2, "g2-standard-48": 4, "g2-standard-96": 8}  # every other g2-standard: one L4
+COUNTED_MACHINE = re.compile(r"^a\d-\w+-(\d+)g$")
+
+
+def machine_gpus(machine_type: str) -> int | None:
+    """The GPUs a Google Cloud machine type comes with (g2-standard-48: 4 L4), None when its name does not say."""
+    if machine_type.startswith("g2-standard-"):
+        return G2_GPUS.get(machine_type, 1)
+    return int(found[1]) if (found := COUNTED_MACHINE.match(machine_type)) else None
+
+
 def booked_count(resources: dict[str, Any], executor: str | None) -> tuple[int | None, str]:
-    """The GPUs one job's resources book on `executor` (0: none; None: not countable here, e.g. SLURM's gres or a
-    Batch machine type that comes with its GPUs) and, on Google Batch, the accelerator type nvidia_gpu names."""
+    """The GPUs one job's resources book on `executor` (0: none; None: not countable here, e.g. SLURM's gres) and, on
+    Google Batch where the VM's count is not summed over a group, why (nvidia_gpu naming a type, the machine type)."""
     given = {name: _raw(value) for name, value in resources.items()}
     if executor == "slurm":
         if given.get("gpu", "0") not in ("", "0"):
             return (int(given["gpu"]) if given["gpu"].isdigit() else None), ""
         return (None if books_gpu(resources) else 0), ""
-    if executor in GOOGLE_BATCH and (gpu := given.get("nvidia_gpu", "")):
-        return (int(gpu), "") if gpu.isdigit() else (1, gpu)
-    return None, ""
+    if executor not in GOOGLE_BATCH:
+        return None, ""
+    if gpu := given.get("nvidia_gpu", ""):  # a count is summed over a group's layer; a type is one accelerator
+        return (int(gpu), "") if gpu.isdigit() else (1, f"nvidia_gpu: one {gpu} per VM")
+    machine = given.get("googlebatch_machine_type", "")
+    return ((count, f"{machine}: {count} per VM") if (count := machine_gpus(machine)) else (None, "")) if machine else (0, "")
 
 
 def epochs_at_once(limits: dict[str, int | None], needs: dict[str, Any]) -> int | None:
@@ -149,7 +164,7 @@ def gpu_booking(workflow: Any, config: dict[str, Any]) -> GpuBooking | None:
     threads = int(_raw((args.set_threads or {}).get("train_epoch")) or config["epoch_threads"])
     limits = {"_cores": args.cores, **{name: resource.value for name, resource in (args.resources or {}).items()}}
     needs = {**epoch_resources, "_cores": min(threads, args.cores or threads)}  # --cores caps every job's threads
-    return GpuBooking(build, epoch, epochs_at_once(limits, needs), vm_type=epoch_type or build_type)
+    return GpuBooking(build, epoch, epochs_at_once(limits, needs), per_vm=epoch_type or build_type)
 
 
 def note_colocation(workflow: Any, config: dict[str, Any]) -> None:
