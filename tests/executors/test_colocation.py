@@ -87,15 +87,15 @@ def test_per_cache_plans_one_group_job_and_per_run_todays_groups(checkout, emula
     per_cache = dry_run(checkout, emulator, "per-cache")
     every_epoch = [job for run in EPOCHS for job in epochs_of(run)]
     assert group_jobs(per_cache) == {"cache_tiny__mini": sorted(["build_cache[dataset=tiny, backbone=mini]", *every_epoch])}
-    assert "note: plan: cache tiny__mini: 1 cache build, 3 runs, 7 epochs in one group job (cache_tiny__mini: one VM or node; " \
-        "cache.colocate: per-cache)" in per_cache  # fmt: skip
+    assert "note: plan: cache tiny__mini: 1 cache build, 3 runs, 7 epochs in one group job holding 1 GPU (nvidia_gpu: one " \
+        "nvidia-l4 per VM) (cache_tiny__mini: one VM or node; cache.colocate: per-cache)" in per_cache  # fmt: skip
     per_run = dry_run(checkout, emulator, "per-run")
     assert group_jobs(per_run) == {
         "cache_tiny__mini": ["build_cache[dataset=tiny, backbone=mini]"],
         **{f"train_{run}": epochs_of(run) for run in EPOCHS},
     }
     assert "note: plan: cache tiny__mini: 4 cache builds (its own job and one on each run's node), 3 runs, 7 epochs in 3 group " \
-        "jobs (cache.colocate: per-run)" in per_run  # fmt: skip
+        "jobs, each holding 1 GPU (nvidia_gpu: one nvidia-l4 per VM) (cache.colocate: per-run)" in per_run  # fmt: skip
 
 
 def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(checkout, emulator, tmp_path, grid_tree):

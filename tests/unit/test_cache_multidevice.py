@@ -3,6 +3,7 @@ bytes as the one-process build, a killed worker that leaves nothing sealed, and 
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import os
 import re
@@ -22,6 +23,7 @@ from rffm.data.cache_format import built_recipe, recipe
 from rffm.errors import ConfigError
 from rffm.records.layout import CACHED_SPLITS, cache_files
 from rffm.records.sentinel import read_sentinel
+from rffm.runtime import device as device_module
 from rffm.runtime import devices
 from rffm.runtime.profiling import PhaseTimes
 
@@ -134,3 +136,79 @@ def test_concurrent_jobs_never_share_a_device_and_each_gets_one(tmp_path: Path):
             assert again.device == "gpu:0"
     with devices.acquire(["gpu:0", "gpu:1"], locks, count=2, timeout_s=5) as lease:
         assert lease.devices == ["gpu:0", "gpu:1"]
+
+
+def test_build_cache_hands_the_gpus_it_holds_to_the_build(reference, tmp_path: Path, monkeypatch):
+    """build_cache passes two or more devices on to the build (one worker each); one device (the CPU) stays the
+    one-process build, its options as before."""
+    from rffm.steps import build_cache
+
+    record_dir, _ = reference
+    results = record_dir.parent.parent
+    given = []
+    monkeypatch.setattr(build_cache, "ensure", lambda record, out, scratch, options, *rest: given.append(options) or (tmp_path, None))
+    for devices_held in (TWO, ["cpu"]):
+        cache_build(results / "datasets/t", results / "backbones/b", tmp_path / "record", tmp_path / "scratch", devices=devices_held)
+    assert [options["devices"] for options in given] == [TWO, None]
+
+
+def step_options(step: str, tmp_path: Path, monkeypatch, device: str, visible: list[str]) -> dict:
+    """What `rffm <step> --device <device>` hands its run() on a node whose GPUs are `visible` (fakes: no GPU here)."""
+    import argparse
+
+    from rffm.cli import steps as cli
+    from rffm.records.pipeline import STEPS
+
+    [rule] = [row for row in STEPS if row.rule == step]
+    module = __import__(f"rffm.{rule.module}", fromlist=["run"])
+    signature = inspect.signature(module.run)
+    passed: dict = {}
+
+    def run(*args, **kwargs) -> Path:
+        passed.update(signature.bind(*args, **kwargs).arguments)
+        held = devices.try_acquire(visible, device_module.lock_directory(tmp_path / "scratch"), count=1)
+        passed["free while it ran"] = held.devices if held else []
+        if held:
+            held.release()
+        return tmp_path / "sentinel.json"
+
+    run.__signature__ = signature
+    monkeypatch.setattr(module, "run", run)
+    monkeypatch.setattr("rffm.runtime.device.setup", lambda threads: None)
+    monkeypatch.setattr("rffm.runtime.device.resolve", lambda name: name)  # no CUDA here: the device as named
+    monkeypatch.setattr("rffm.runtime.device.visible_gpus", lambda: visible)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    args = {cli._dest(flag): "" for flag in rule.flags} | {"scratch": str(tmp_path / "scratch"), "members": ""}
+    for flag in rule.flags:
+        if cli.FLAGS[flag].get("type") in (int, float):
+            args[cli._dest(flag)] = 0
+    args |= {"spec": {"run": "r"}} if rule.spec else {}
+    monkeypatch.setattr("rffm.steps.train_epoch.check_planned_members", lambda *_: None)
+    cli.run_step(argparse.Namespace(step=rule, threads=1, device=device, **args))
+    return passed
+
+
+FAKE_GPUS = ["cuda:0", "cuda:1", "cuda:2"]
+
+
+@pytest.mark.parametrize(
+    ("step", "device", "others_hold", "computes_on", "free_while_it_ran"),
+    [
+        ("build_cache", "cuda", [], ("cuda:0", FAKE_GPUS), []),  # every GPU of the node, one worker each
+        ("build_cache", "cuda", ["cuda:0"], ("cuda:1", ["cuda:1", "cuda:2"]), []),  # every free one
+        ("train_epoch", "cuda", [], ("cuda:0", None), ["cuda:1"]),  # one GPU of its own, the others free
+        ("train_epoch", "cuda", ["cuda:0", "cuda:1"], ("cuda:2", None), []),  # not one a concurrent epoch holds
+        ("build_cache", "cpu", [], ("cpu", ["cpu"]), ["cuda:0"]),  # the CPU: nothing held, the one-process build
+        ("train_epoch", "cuda:1", [], ("cuda:1", None), ["cuda:0"]),  # a GPU the config names: as it is
+    ],
+)
+def test_each_group_member_computes_on_gpus_of_its_own(step, device, others_hold, computes_on, free_while_it_ran, tmp_path, monkeypatch):
+    """Issue 36: the epochs a group job runs at once each pin one GPU of the node (never one another holds; waiting
+    while all are held: test_concurrent_jobs_never_share_a_device_and_each_gets_one), a cache build every free one."""
+    locks = device_module.lock_directory(tmp_path / "scratch")
+    others = devices.try_acquire(FAKE_GPUS, locks, count=len(others_hold)) if others_hold else None  # concurrent epochs
+    assert others is None or others.devices == others_hold
+    passed = step_options(step, tmp_path, monkeypatch, device, FAKE_GPUS)
+    assert (passed["device"], passed.get("devices")) == computes_on
+    assert passed["free while it ran"] == free_while_it_ran
+    assert devices.try_acquire(FAKE_GPUS, locks, count=3 - len(others_hold)) is not None  # it let its GPUs go

@@ -4,11 +4,12 @@ A verb calls rffm.steps.<rule>.run with its options by name: an option's dest is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +113,26 @@ def run_step(args: argparse.Namespace) -> None:
             os.chdir(root)
     module = importlib.import_module(f"rffm.{step.module}")
     call = ADAPTERS.get(step.rule, module.run)
-    if "device" not in inspect.signature(module.run).parameters:  # a torch step that always runs on the CPU
+    parameters = inspect.signature(module.run).parameters
+    if "device" not in parameters:  # a torch step that always runs on the CPU
         options.pop("device", None)
-    sentinel = call(**options)
+    with contextlib.ExitStack() as held:
+        if "device" in options and "scratch" in options:  # a member of a group job (build_cache, train_epoch)
+            options.update(held.enter_context(node_devices(options["device"], options["scratch"], "devices" in parameters)))
+        sentinel = call(**options)
     if step.prints:
         what, name = step.prints
         print(f"{what}: {Path(sentinel).parent / name}")
+
+
+@contextlib.contextmanager
+def node_devices(device: str, scratch: str, every: bool) -> Iterator[dict[str, Any]]:
+    """The device options of a group job's member, its GPUs held while it runs (rffm.runtime.device.pinned): an epoch
+    its own GPU; a cache build (a run() taking `devices`) every free one, one worker each."""
+    from rffm.runtime.device import pinned
+
+    with pinned(device, scratch, every=every) as devices:
+        yield {"device": devices[0], **({"devices": devices} if every else {})}
 
 
 def _train_epoch(**options: Any) -> Path:

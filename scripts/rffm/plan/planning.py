@@ -5,6 +5,7 @@ A refusal is a PlanRefused (Snakemake prints its lines as they are); nothing her
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -55,9 +56,37 @@ def note_node_checks(workflow: Any, config: dict[str, Any]) -> None:
         )
 
 
-def colocation_lines(config: dict[str, Any]) -> list[str]:
+# The Google Batch executors' names (rffm's and upstream's): one VM per job, its accelerators from nvidia_gpu.
+GOOGLE_BATCH = ("rffm-googlebatch", "googlebatch")
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuBooking:
+    """What a cluster books for the GPU jobs of a group, as the command line and the profile say while planning."""
+
+    build: int | None  # GPUs one build_cache job books (None: booked in a way the plan cannot count, e.g. gres)
+    epoch: int | None  # GPUs one train_epoch job books
+    at_once: int | None = None  # the most epochs a group job runs at once (--cores, --resources); None: no limit
+    per_vm: str = ""  # on Google Batch, why `epoch` is the VM's count, never summed over the group (e.g. its machine type)
+
+
+def group_gpus(booking: GpuBooking | None, runs: int) -> str:
+    """The GPUs one group job holds, as Snakemake books them for a group (profiles/README.md: its widest layer: the
+    members that can run at once) with `runs` runs' epochs in it; "" when the plan cannot know (then nothing is said)."""
+    if booking is None or booking.build is None or booking.epoch is None:
+        return ""
+    at_once = min(runs, booking.at_once or runs)
+    if booking.per_vm:  # the VM's GPUs, however many epochs run at once (they take the GPUs in turn)
+        return f"{booking.epoch} GPU{'s' if booking.epoch != 1 else ''} ({booking.per_vm})"
+    gpus = max(booking.build, at_once * booking.epoch)
+    limit = f", {at_once} epoch{'s' if at_once > 1 else ''} at once" if at_once < runs else ""
+    return f"{gpus} GPU{'s' if gpus != 1 else ''}{limit}" if gpus else "no GPU"
+
+
+def colocation_lines(config: dict[str, Any], booking: GpuBooking | None = None) -> list[str]:
     """One line per cache several runs read (where cache.colocate decides): how its build and its readers' epochs are
-    grouped on a cluster (workflow/rules/common.smk: groups) and how many cache builds that implies."""
+    grouped on a cluster (workflow/rules/common.smk: groups), how many cache builds that implies and the GPUs each
+    group job holds (`booking`: gpu_booking)."""
     mode = config["cache"]["colocate"]
     readers: dict[tuple[str, str], list[str]] = {}
     for name, run in config["runs"].items():
@@ -71,21 +100,77 @@ def colocation_lines(config: dict[str, Any]) -> list[str]:
         if len(runs) == 1:  # grouped with its one run either way: nothing to choose, nothing to say
             continue
         if mode == "per-cache":
+            gpus = group_gpus(booking, len(runs))
             lines.append(
-                f"{head}1 cache build, {work} in one group job (cache_{dataset}__{backbone}: one VM or node; cache.colocate: per-cache)"
+                f"{head}1 cache build, {work} in one group job{f' holding {gpus}' if gpus else ''} "
+                f"(cache_{dataset}__{backbone}: one VM or node; cache.colocate: per-cache)"
             )
         else:
+            gpus = group_gpus(booking, 1)
             lines.append(
-                f"{head}{len(runs) + 1} cache builds (its own job and one on each run's node), {work} in {len(runs)} group jobs "
-                "(cache.colocate: per-run)"
+                f"{head}{len(runs) + 1} cache builds (its own job and one on each run's node), {work} in {len(runs)} group jobs"
+                f"{f', each holding {gpus}' if gpus else ''} (cache.colocate: per-run)"
             )
     return lines
+
+
+# Google Cloud's accelerator-optimized machine types and the GPUs each comes with (a2/a3: the count ends the name).
+G2_GPUS = {"g2-standard-24": 2, "g2-standard-48": 4, "g2-standard-96": 8}  # every other g2-standard: one L4
+COUNTED_MACHINE = re.compile(r"^a\d-\w+-(\d+)g$")
+
+
+def machine_gpus(machine_type: str) -> int | None:
+    """The GPUs a Google Cloud machine type comes with (g2-standard-48: 4 L4), None when its name does not say."""
+    if machine_type.startswith("g2-standard-"):
+        return G2_GPUS.get(machine_type, 1)
+    return int(found[1]) if (found := COUNTED_MACHINE.match(machine_type)) else None
+
+
+def booked_count(resources: dict[str, Any], executor: str | None) -> tuple[int | None, str]:
+    """The GPUs one job's resources book on `executor` (0: none; None: not countable here, e.g. SLURM's gres) and, on
+    Google Batch where the VM's count is not summed over a group, why (nvidia_gpu naming a type, the machine type)."""
+    given = {name: _raw(value) for name, value in resources.items()}
+    if executor == "slurm":
+        if given.get("gpu", "0") not in ("", "0"):
+            return (int(given["gpu"]) if given["gpu"].isdigit() else None), ""
+        return (None if books_gpu(resources) else 0), ""
+    if executor not in GOOGLE_BATCH:
+        return None, ""
+    if gpu := given.get("nvidia_gpu", ""):  # a count is summed over a group's layer; a type is one accelerator
+        return (int(gpu), "") if gpu.isdigit() else (1, f"nvidia_gpu: one {gpu} per VM")
+    machine = given.get("googlebatch_machine_type", "")
+    return ((count, f"{machine}: {count} per VM") if (count := machine_gpus(machine)) else (None, "")) if machine else (0, "")
+
+
+def epochs_at_once(limits: dict[str, int | None], needs: dict[str, Any]) -> int | None:
+    """How many epoch jobs fit the global limits (--cores as _cores, --resources) side by side; None: no limit."""
+    fits = []
+    for name, limit in limits.items():
+        need = _raw(needs.get(name))
+        if limit and need.isdigit() and int(need):
+            fits.append(max(1, int(limit) // int(need)))
+    return min(fits, default=None)
+
+
+def gpu_booking(workflow: Any, config: dict[str, Any]) -> GpuBooking | None:
+    """What the cluster run this command line plans books for build_cache and train_epoch (the profile's
+    set-resources; --cores and --resources bound the epochs a group job runs at once); None when it cannot tell."""
+    args = command_line(str(workflow.main_snakefile), profiles=True)
+    if args is None:
+        return None
+    build, build_type = booked_count(overwritten_resources(workflow, "build_cache"), args.executor)
+    epoch_resources = overwritten_resources(workflow, "train_epoch")
+    epoch, epoch_type = booked_count(epoch_resources, args.executor)
+    threads = int(_raw((args.set_threads or {}).get("train_epoch")) or config["epoch_threads"])
+    limits = {"_cores": args.cores, **{name: resource.value for name, resource in (args.resources or {}).items()}}
+    needs = {**epoch_resources, "_cores": min(threads, args.cores or threads)}  # --cores caps every job's threads
+    return GpuBooking(build, epoch, epochs_at_once(limits, needs), per_vm=epoch_type or build_type)
 
 
 def note_colocation(workflow: Any, config: dict[str, Any]) -> None:
     """On cluster nodes or VMs, how each cache's jobs are grouped, one line each on stderr (colocation_lines)."""
     if planning(workflow) and rffm_config.where_jobs_run(workflow) == NODES:
-        for line in colocation_lines(config):
+        for line in colocation_lines(config, gpu_booking(workflow, config)):
             print(line, file=sys.stderr)
 
 

@@ -23,6 +23,7 @@ MODEL_CARD = "model_card.json"  # a selection's and an export's description of i
 EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS = "model.pt2", "model.onnx", "weights.safetensors"  # an export's files
 EXPORT_FILES = (EXPORT_PROGRAM, EXPORT_ONNX, EXPORT_WEIGHTS, MODEL_CARD)
 PROGRAM_SIGNATURE = "rffm_signature.json"  # a record inside the .pt2 (torch.export.load(extra_files=...))
+DEVICE_LOCKS = ".devices"  # under a node's `scratch`: one lock file per GPU a job of a group job holds (rffm.runtime.devices)
 
 SPLITS = ("train", "val", "test")
 CACHED_SPLITS = ("train", "val")  # the test split is never cached

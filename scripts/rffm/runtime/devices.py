@@ -96,6 +96,15 @@ def holders(devices: Sequence[str], directory: Path) -> dict[str, str]:
     return found
 
 
+def acquire_free(devices: Sequence[str], directory: Path) -> Lease:
+    """Every device free now, waiting for at least one (a cache build: the more devices, the sooner it is done)."""
+    while True:
+        for count in range(len(devices), 0, -1):
+            if (lease := try_acquire(devices, directory, count)) is not None:
+                return lease
+        time.sleep(POLL_S)
+
+
 def acquire(devices: Sequence[str], directory: Path, count: int = 1, timeout_s: float | None = None) -> Lease:
     """Wait until `count` devices are free and take them; one line after `timeout_s` (None: wait as long as it takes)."""
     if not 1 <= count <= len(devices):

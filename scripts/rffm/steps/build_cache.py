@@ -74,12 +74,14 @@ def run(
     store: str | Path | None = None,
     profile_runs: list[str] = (),
     profile_batches: int = 0,
+    devices: list[str] | None = None,
 ) -> Path:
     """Write the cache record of one (dataset, backbone) into out_dir and build the cache itself under `scratch`.
 
     `encoder` says how the backbone is read (rffm.model.encoder.spec_for of the backbone's config; default: all tokens of
     the model's own outputs). With `profile_runs`, the first `profile_batches` batches are traced and the
-    trace is published to each of those runs' profiling folders in the results store.
+    trace is published to each of those runs' profiling folders in the results store. Two or more `devices` (the GPUs
+    the job holds: rffm.cli.steps.node_devices) build it data-parallel, one worker each, with the same bytes.
     """
     dataset_dir, backbone_dir = Path(dataset_dir), Path(backbone_dir)
     encoder = encoder or encoders.spec_for({})
@@ -92,6 +94,7 @@ def run(
         record = {**step.identity(), **step.facts}  # the record as the epochs will read it
         step.device = torch.device(device)
         options = {"batch_size": batch_size, "disk_headroom": disk_headroom, "batch_profile": batch_profile, "device": device}
+        options["devices"] = devices if devices and len(devices) > 1 else None
         trace = Path(traces) / TRACE if profile_runs else None
         directory, stats = ensure(record, step.out_dir, scratch, options, phases, trace, profile_batches)
         step.details = {"cache_dir": str(directory), "built": stats is not None, "phases": phases.as_dict()}
