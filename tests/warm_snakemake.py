@@ -9,8 +9,12 @@ files, then Snakemake's own command-line entry point (snakemake.cli.main) and th
 frozen out of the final garbage collection, as rffm's console script does). The child
 reads the Snakefile and imports rffm itself, as the console script does.
 
-Runs whose point is the process itself start the console script instead (conftest.snakemake falls back to it for an
-environment with another PYTHONPATH, e.g. the kill-point hook's sitecustomize), as do the SLURM and Batch job steps.
+A request may put directories in front of the server's PYTHONPATH (a test's hook: tests/killpoint, tests/cacherace, an
+edited code digest): the child puts them in front of its sys.path and, when one of them holds a sitecustomize.py, imports
+it, as a fresh interpreter with that PYTHONPATH does at start-up (the server imported no rffm module and no
+sitecustomize, so nothing it holds shadows them); the jobs it starts are fresh interpreters and read them themselves.
+A PYTHONPATH that drops one of the server's directories starts the console script instead, as do the SLURM and Batch
+job steps.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ def become_snakemake(request: dict) -> None:
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
+    added = prepended(request["env"].get("PYTHONPATH"), os.environ.get("PYTHONPATH"))
     os.environ.clear()
     os.environ.update(request["env"])
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY), (2, request["stderr"], os.O_WRONLY)):
@@ -67,12 +72,26 @@ def become_snakemake(request: dict) -> None:
         os.dup2(opened, fd)
         os.close(opened)
     sys.argv = list(request["argv"])
+    sys.path[1:1] = added or []  # after the script's own folder, as PYTHONPATH's entries come
+    if any((Path(folder) / "sitecustomize.py").is_file() for folder in added):
+        importlib.import_module("sitecustomize")
     from snakemake.cli import main
 
     try:
         main()  # raises SystemExit(0 or 1)
     finally:
         gc.freeze()  # the exit's garbage collection would walk the server's whole import history once per run
+
+
+def entries(pythonpath: str | None) -> list[str]:
+    return [entry for entry in (pythonpath or "").split(os.pathsep) if entry]
+
+
+def prepended(requested: str | None, server: str | None) -> list[str] | None:
+    """The directories a request's PYTHONPATH puts in front of the server's ([]: the same; None: it drops one of them)."""
+    theirs, mine = entries(requested), entries(server)
+    extra = len(theirs) - len(mine)
+    return theirs[:extra] if extra >= 0 and theirs[extra:] == mine else None
 
 
 class WarmSnakemake:
@@ -84,12 +103,16 @@ class WarmSnakemake:
         self.pythonpath = os.environ.get("PYTHONPATH")
 
     def serves(self, env: dict[str, str]) -> bool:
-        """Whether a run in this environment can be a forked child (what the interpreter read at start-up is the same)."""
-        return env.get("PYTHONPATH") == self.pythonpath
+        """Whether a run in this environment can be a forked child: its PYTHONPATH is the server's, or the server's with
+        directories in front of it (become_snakemake puts them on the child's sys.path)."""
+        return prepended(env.get("PYTHONPATH"), self.pythonpath) is not None
 
     def start(self) -> subprocess.Popen:
         if self.server is None or self.server.poll() is not None:
-            self.server = subprocess.Popen([self.python, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # the server's own, whatever a test set
+            env.update({"PYTHONPATH": self.pythonpath} if self.pythonpath is not None else {})
+            command = [self.python, __file__]
+            self.server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
             atexit.register(self.server.stdin.close)  # the server ends when its stdin does
         return self.server
 

@@ -27,9 +27,10 @@ from batch_support import (
     output,
     profile_env,
     run_fake_batch,
+    task_spec,
     write_checkout_config,
 )
-from test_googlebatch_guarantees import targets
+from test_googlebatch_guarantees import PREEMPTION_EXIT_CODE, targets
 
 from conftest import BIN, JOB_HEADER, WILDCARDS, artifact_digests, grid_config
 
@@ -98,17 +99,31 @@ def test_per_cache_plans_one_group_job_and_per_run_todays_groups(checkout, emula
         "jobs, each holding 1 GPU (nvidia_gpu: one nvidia-l4 per VM) (cache.colocate: per-run)" in per_run  # fmt: skip
 
 
-def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(checkout, emulator, tmp_path, grid_tree):
-    """The real run (per-cache, the default): one Batch job holds the cache build and the 7 epochs; no epoch built a cache;
-    one L4 and one local SSD on that VM; every artifact byte-identical to the local grid's."""
+@pytest.fixture(scope="module")
+def preempted_grid(checkout, emulator, tmp_path_factory) -> dict:
+    """The real run (per-cache, the default) of the grid to its selections, with Batch retries on: the fake preempts the
+    group's VM once `base`'s epoch 2 is in the bucket's memo, and Batch (the fake) retries the task on a new VM."""
     create_bucket(emulator, BUCKET)
     write_checkout_config(checkout, grid_config())
-    result, report = run_fake_batch(checkout, tmp_path / "state", emulator, "--profile", "profiles/gcp-batch", *FAST,
-                                    "validation_selection", env=profile_env(BUCKET))  # fmt: skip
+    epoch2 = {"stage": "train_epoch", "key": {"run": "base", "epoch": 2}}
+    memo = rf"{RESULTS}/memo/train_epoch/[0-9a-f]{{64}}/sentinel\.json"
+    preempt = [{"job": "^cache-tiny-mini-", "bucket": BUCKET, "object": memo, "json": epoch2}]
+    result, report = run_fake_batch(
+        checkout, tmp_path_factory.mktemp("state"), emulator, "--profile", "profiles/gcp-batch", *FAST,
+        "--rffm-googlebatch-retry-count", "1", "validation_selection",
+        env={**profile_env(BUCKET), "FAKE_BATCH_PREEMPT": json.dumps(preempt)},
+    )  # fmt: skip
     assert result.returncode == 0, output(result)
+    [group] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-")]
+    return {"report": report, "group": group, "objects": bucket_objects(emulator, BUCKET)}
+
+
+def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(preempted_grid, grid_tree):
+    """One Batch job holds the cache build and the 7 epochs; no epoch built a cache; one L4 and one local SSD on that
+    VM; every artifact byte-identical to the local grid's (its VM preempted once on the way: below)."""
+    report, group, objects = preempted_grid["report"], preempted_grid["group"], preempted_grid["objects"]
     names = sorted(job["job_id"].rsplit("-", 1)[0] for job in report["jobs"])
     assert names == ["cache-tiny-mini-build-cache-train-epoch", "pretrain-backbone", *["select-checkpoint"] * 3, "stage-dataset"]
-    [group] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-")]
     epochs = [f"train_epoch:run={run},epoch={e}" for run in EPOCHS for e in range(1, EPOCHS[run] + 1)]
     assert targets(group) == sorted(["build_cache:dataset=tiny,backbone=mini", *epochs])
     assert [job for job in report["jobs"] if any(t.startswith("build_cache") for t in targets(job))] == [group]
@@ -116,7 +131,6 @@ def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(checkout, emula
     assert [(a["type_"], a["count"]) for a in policy["accelerators"]] == [("nvidia-l4", "1")]
     assert [d["new_disk"]["size_gb"] for d in policy["disks"]] == ["375"], "one local SSD, never the members' sum"
 
-    objects = bucket_objects(emulator, BUCKET)
     provenance = {run: [json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{e}/provenance.json"].download_as_text())
                         for e in range(1, EPOCHS[run] + 1)] for run in EPOCHS}  # fmt: skip
     assert not [(run, p["epoch"]) for run, ps in provenance.items() for p in ps if "cache_build" in p], "an epoch built a cache"
@@ -128,3 +142,38 @@ def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(checkout, emula
     }
     reference = artifact_digests(grid_tree / "results")
     assert len(reference) >= 3 and artifacts == reference
+
+
+def test_a_preempted_group_resumes_every_run_from_the_memo_and_builds_the_cache_once_more(preempted_grid):
+    """Issue 36, acceptance 1: the co-located group's VM is preempted once base's epoch 2 is in the memo; Batch retries
+    the task on a new VM, where the group builds the cache once (the new local SSD is empty) and every epoch an attempt
+    completed comes back from the memo: none is trained twice, whichever run it belongs to."""
+    group, objects = preempted_grid["group"], preempted_grid["objects"]
+    assert task_spec(group)["max_retry_count"] == 1
+    first, retry = group["attempts"]
+    assert (first["preempted"], first["exit_code"]) == (True, PREEMPTION_EXIT_CODE)
+    assert (retry["preempted"], retry["exit_code"]) == (False, 0) and group["state"] == "SUCCEEDED"
+    assert retry["sandbox"] != first["sandbox"], "a retried task runs on a new VM"
+    assert all(len(job["attempts"]) == 1 for job in preempted_grid["report"]["jobs"] if job is not group)
+
+    def attempt(record: dict) -> str:
+        return record["provider"]["BATCH_TASK_RETRY_ATTEMPT"]
+
+    memo = {}  # (run, epoch) -> the attempt whose job trained it, from the memo entries in the bucket
+    for name, blob in objects.items():
+        if re.fullmatch(rf"{RESULTS}/memo/train_epoch/[0-9a-f]{{64}}/sentinel\.json", name):
+            key = json.loads(blob.download_as_text())["key"]
+            record = json.loads(objects[name.replace("sentinel.json", "provenance.json")].download_as_text())
+            memo[(key["run"], key["epoch"])] = attempt(record)
+    assert sorted(memo) == sorted((run, e) for run in EPOCHS for e in range(1, EPOCHS[run] + 1))
+    assert memo[("base", 1)] == memo[("base", 2)] == "0", memo
+    for (run, epoch), trained_in in memo.items():
+        record = json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{epoch}/provenance.json"].download_as_text())
+        assert attempt(record) == "1", (run, epoch)  # every epoch's record is the retry's
+        if trained_in == "0":  # completed before the preemption: restored on the new VM, never trained again
+            assert record["restored_from"].startswith(f"gs://{BUCKET}/{RESULTS}/memo/train_epoch/"), (run, epoch, record)
+            assert attempt(record["computed_by"]) == "0", (run, epoch)
+        else:
+            assert "restored_from" not in record, (run, epoch)
+    cache = json.loads(objects[f"{RESULTS}/caches/tiny__mini/provenance.json"].download_as_text())
+    assert cache["job_id"] == group["name"] and attempt(cache) == "1", "the retry's VM built the cache once, in its build job"

@@ -68,15 +68,39 @@ def slurm_jobs() -> dict[str, tuple[str, str]]:
     return {job: (state, comment) for job, state, comment in (line.split("|", 2) for line in listing.splitlines())}
 
 
-@pytest.mark.workflow
-def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, finished_workdir: Path):
-    config = tiny_config(export=True)  # every rule on this executor, the export too
-    write_config(fresh_workdir, config)
-    snakemake(fresh_workdir, "--profile", str(PROFILE), *FAST_POLLING, timeout=900)
+SBATCH = re.compile(r"sbatch call: (.*)$", re.MULTILINE)
 
-    jobs = slurm_jobs()
+
+@pytest.fixture(scope="module")
+def grid_through_slurm(cluster, tmp_path_factory) -> tuple[Path, str, dict[str, tuple[str, str]]]:
+    """One launch of `snakemake --profile slurm` on a grid on one cache (conftest.grid_config: the tiny run `base`, exported,
+    and `second` and `third` on its dataset and backbone; cache.colocate per-cache, the default), run to the end: the work
+    directory, Snakemake's output and the SLURM jobs it submitted. The test node has one GPU: --cores 1 lets the group run
+    one member at a time, so it books one GPU (with more cores it books one per epoch that can run at once)."""
+    workdir = tmp_path_factory.mktemp("slurm") / "grid"
+    workdir.mkdir()
+    config = grid_config()
+    config["runs"]["base"]["export"] = True  # every rule on this executor, the export too
+    write_config(workdir, config)
+    known = set(slurm_jobs())
+    result = snakemake(workdir, "--profile", str(PROFILE), *FAST_POLLING, "--cores", "1", "--verbose", timeout=900)
+    jobs = {job: value for job, value in slurm_jobs().items() if job not in known}
+    return workdir, result.stdout + result.stderr, jobs
+
+
+def test_a_single_run_cache_is_grouped_with_its_run(tmp_path: Path):
+    """The plan of the tiny config alone (one run reads its cache): the cache build and the run's epochs are the run's
+    group job, `train_base`, in either co-location mode (the grid below runs the per-cache group of a shared cache)."""
+    write_config(tmp_path, tiny_config())
+    plan = snakemake(tmp_path, "--profile", str(PROFILE), *FAST_POLLING, "-n").stdout
+    assert re.findall(r"Group job (\S+) \(", plan) == ["train_base"], plan
+
+
+@pytest.mark.workflow
+def test_the_tiny_workflow_runs_through_slurm(grid_through_slurm, finished_workdir: Path):
+    workdir, _, jobs = grid_through_slurm
     assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
-    manifest = read_json(fresh_workdir / "results/runs/base/qualification/run_manifest.json")
+    manifest = read_json(workdir / "results/runs/base/qualification/run_manifest.json")
     steps = manifest["provenance"]["steps"]
     for rule, step in steps.items():
         assert step["executor"] == "slurm" and step["job_id"] in jobs, (rule, step)
@@ -87,18 +111,18 @@ def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, fini
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
     # the cache build and the epochs ran as one group job on one node; every other step as its own job
     assert {e["job_id"] for e in epochs} == {steps["build_cache"]["job_id"]}
-    assert jobs[steps["build_cache"]["job_id"]][1].startswith("rule_train_base")  # the group of the run's epochs
+    assert jobs[steps["build_cache"]["job_id"]][1].startswith("rule_cache_tiny__mini")  # the group of the cache's epochs
     others = [steps[r]["job_id"] for r in ("stage_dataset", "pretrain_backbone", "select_checkpoint", "qualify")]
     assert len(set(others + [steps["build_cache"]["job_id"]])) == 5
-    exported = read_json(fresh_workdir / "results/runs/base/export/provenance.json")
+    exported = read_json(workdir / "results/runs/base/export/provenance.json")
     assert exported["executor"] == "slurm" and exported["job_id"] in jobs, exported
-    logs = {p.stem for p in (fresh_workdir / ".snakemake/slurm_logs").rglob("*.log")}
+    logs = {p.stem for p in (workdir / ".snakemake/slurm_logs").rglob("*.log")}
     assert logs == set(jobs)
-    assert (fresh_workdir / "scratch/tiny__mini/sentinel.json").exists()  # the node's memo of the cache, never a workflow file
+    assert (workdir / "scratch/tiny__mini/sentinel.json").exists()  # the node's memo of the cache, never a workflow file
 
     launched = manifest["provenance"]["launch_profile"]
     assert launched["sha256"] == sha256_file(PROFILE / "config.yaml") and Path(launched["path"]) == PROFILE / "config.yaml"
-    kept = fresh_workdir / "results/runs/base/launch/slurm/config.yaml"
+    kept = workdir / "results/runs/base/launch/slurm/config.yaml"
     assert kept.read_bytes() == (PROFILE / "config.yaml").read_bytes()
     assert (
         manifest["selection"]["artifact_sha256"]
@@ -106,26 +130,18 @@ def test_the_tiny_workflow_runs_through_slurm(cluster, fresh_workdir: Path, fini
     )
 
 
-SBATCH = re.compile(r"sbatch call: (.*)$", re.MULTILINE)
-
-
 @pytest.mark.workflow
-def test_a_grid_on_one_cache_builds_it_once_in_one_sbatch_job(cluster, tmp_path: Path, grid_tree: Path):
+def test_a_grid_on_one_cache_builds_it_once_in_one_sbatch_job(grid_through_slurm, grid_tree: Path):
     """Issue 36, per-cache (the default): three runs on one cache are one sbatch job that builds the cache once and
-    trains every epoch; the artifacts are the local grid's, byte for byte. The test node has one GPU: --cores 1 lets the
-    group run one member at a time, so it books one GPU (with more cores it books one per epoch that can run at once)."""
-    workdir = tmp_path / "grid"
-    workdir.mkdir()
-    write_config(workdir, grid_config())
-    known = set(slurm_jobs())
-    result = snakemake(workdir, "--profile", str(PROFILE), *FAST_POLLING, "--cores", "1", "--verbose", "validation_selection", timeout=900)
-    jobs = {job: value for job, value in slurm_jobs().items() if job not in known}
+    trains every epoch; the artifacts are the local grid's, byte for byte."""
+    workdir, output, jobs = grid_through_slurm
     assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
     rules = sorted(comment.split("_wildcards_")[0] for _, comment in jobs.values())
     grouped = "rule_cache_tiny__mini_build_cache_train_epoch"  # the group job's comment: its group and its rules
-    assert rules == [grouped, "rule_pretrain_backbone", *["rule_select_checkpoint"] * 3, "rule_stage_dataset"], rules
+    per_run = ["rule_qualify", "rule_select_checkpoint"]
+    assert rules == sorted([grouped, "rule_export", "rule_pretrain_backbone", *per_run * 3, "rule_stage_dataset"]), rules
     [group] = [job for job, (_, comment) in jobs.items() if comment.split("_wildcards_")[0] == grouped]
-    [call] = [line for line in SBATCH.findall(result.stdout + result.stderr) if "rule_cache_tiny__mini" in line]
+    [call] = [line for line in SBATCH.findall(output) if "rule_cache_tiny__mini" in line]
     assert re.findall(r"--gpus=\d+", call) == ["--gpus=1"] and "--mem 32000" in call, call  # one member at a time
     assert re.search(r" -t '?200\b", call), call  # 60 min + 7 epochs x 20 min: the members' runtimes summed
     [log] = (workdir / ".snakemake/slurm_logs").glob(f"group_cache_tiny__mini*/{group}.log")

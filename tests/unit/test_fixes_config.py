@@ -4,14 +4,13 @@ provoked, its Fix is done as written, and the configuration (or the call that re
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_config
+from conftest import tiny_config
+from fixes import run_fix
 from rffm import config
 from rffm.cli import main
 from rffm.config.messages import DESCRIBED, alternatives, schema_errors
@@ -111,17 +110,11 @@ def test_heads_that_cannot_fit_are_fixed_by_fewer_sweep_values():
     assert sweep.check_memory(4, 1000, 4096, 100_000, "runs.r.sweep")  # half the values: 4 heads
 
 
-def run_printed(command: str, cwd: Path) -> None:
-    """A printed Fix that is a shell command, run as a user would, with this checkout's rffm on PATH."""
-    env = {**os.environ, "PATH": f"{REPO / '.venv/bin'}{os.pathsep}{os.environ['PATH']}"}
-    subprocess.run(["bash", "-c", command], cwd=cwd, env=env, check=True, capture_output=True)
-
-
 def test_a_stale_config_reference_is_fixed_by_the_printed_command(tmp_path: Path, capsys):
     document = tmp_path / "REFERENCE.md"
     document.write_text(f"# Title\n\n{config_reference.BEGIN}\n| stale |\n{config_reference.END}\n")
     assert main(["config_reference", "--check", str(document)]) == 1
-    run_printed(capsys.readouterr().out.strip().split(" Fix: ", 1)[1], tmp_path)
+    run_fix(capsys.readouterr().out.strip().split(" Fix: ", 1)[1], tmp_path)
     assert main(["config_reference", "--check", str(document)]) == 0
 
 

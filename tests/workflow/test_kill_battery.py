@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, SNAKEFILE, copy_workdir, plan_of, snakemake
+from conftest import BIN, REPO, SNAKEFILE, WARM, copy_workdir, plan_of, snakemake
 from rffm.ops.unlock import clear_stale_lock
 from rffm.records import ledger
 from rffm.records.store import PosixStore
@@ -83,7 +83,8 @@ def test_a_kill_at_any_point_resumes_to_the_same_bytes(finished_workdir: Path, t
     command = [str(BIN / "snakemake"), "-s", str(SNAKEFILE), "-d", str(workdir), "--configfile", str(workdir / "config.yaml")]
     if setup is forced_qualification:
         command += ["--forcerun", "qualify"]
-    killed = subprocess.run([*command, "--cores", "2"], cwd=workdir, env=env, capture_output=True, text=True, start_new_session=True)
+    # forked warm (tests/warm_snakemake.py): a session of its own, whose jobs, fresh interpreters, read the hook
+    killed = WARM.run([*command, "--cores", "2"], workdir, env)
     assert mark.exists(), f"the kill point {point} was never reached ({killed.returncode}):\n{killed.stderr[-3000:]}"
 
     clear_stale_lock(workdir)

@@ -195,7 +195,8 @@ BACKBONE_BATCH = config["cache"]["batch_size"]
 DISK_HEADROOM = str(config["cache"]["disk_headroom"])
 BATCH_PROFILE = f"{SCRATCH}/batch_profile.json"
 LAUNCH_PROFILE = config.get("launch_profile", "")
-MEMO_STORE = config.get("checkpoint_store", "")  # the memo store (the config calls it checkpoint_store)
+# The memo store (the config calls it checkpoint_store).
+MEMO_STORE = config.get("checkpoint_store", "")
 # How a step that builds a cache where it is missing runs: build_cache, and an epoch on a node without one.
 CACHE_RESOURCES = {
     "device": DEVICE,
