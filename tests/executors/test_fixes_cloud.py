@@ -88,6 +88,8 @@ class GcloudStandIn:
 
     def apply(self, argv: list[str]) -> None:
         words = tuple(a for a in argv if not a.startswith("-"))
+        if words == ("auth", "application-default", "login") and len(argv) == 3:
+            return self.login()
         known: dict[tuple[str, ...], tuple[set[str], Callable]] = {
             ("storage", "buckets", "create"): ({"--project", "--location", "--uniform-bucket-level-access"}, self.create),
             ("storage", "buckets", "update"): ({"--uniform-bucket-level-access"}, self.update),
@@ -100,6 +102,16 @@ class GcloudStandIn:
         flags, positional = self.flags(argv[len(command) :], known[command][0])
         assert len(positional) == 1, f"gcloud {' '.join(command)}: one target expected, got {positional}"
         known[command][1](positional[0], flags)
+
+    @staticmethod
+    def login() -> None:
+        """What `gcloud auth application-default login` leaves once the browser consent is given: the user's refresh token
+        as Application Default Credentials, in the gcloud configuration folder (CLOUDSDK_CONFIG)."""
+        from google.auth import _cloud_sdk
+
+        credentials = {"type": "authorized_user", "client_id": "764086051850-test.apps.googleusercontent.com",
+                       "client_secret": "test-secret", "refresh_token": "1//test-refresh-token"}  # fmt: skip
+        Path(_cloud_sdk.get_application_default_credentials_path()).write_text(json.dumps(credentials))
 
     @staticmethod
     def flags(args: list[str], allowed: set[str]) -> tuple[dict[str, str | bool], list[str]]:
@@ -473,12 +485,29 @@ CREDENTIALS = {  # the Fix's ways, each as the environment it leaves
 }
 
 
+def test_no_credentials_are_fixed_by_gcloud_application_default_login(offline, gcloud: GcloudStandIn, emulator: str, tmp_path, monkeypatch):
+    """The Fix's first way, as printed, through the gcloud stand-in (the credentials it leaves). google-auth refreshes
+    such a user's token at Google's one OAuth endpoint whatever the file says, so that endpoint (the boundary) is a local
+    one granting the refresh, and the requests go to the emulator."""
+    import google.oauth2.credentials
+
+    set_up(gcloud, BUCKET)
+    with pytest.raises(rffm_gcs.Refused) as caught:
+        reads(tmp_path)
+    [command] = re.findall(r"run `([^`]+)`", fix_of(caught))
+    assert command == "gcloud auth application-default login"
+    gcloud.run(command)
+    with token_endpoint(GrantingTokenServer) as uri:
+        monkeypatch.setattr(google.oauth2.credentials, "_GOOGLE_OAUTH2_TOKEN_ENDPOINT", uri)
+        monkeypatch.setenv("API_ENDPOINT_OVERRIDE", emulator)
+        assert reads(tmp_path).bucket.name == BUCKET
+
+
 @pytest.mark.parametrize("way", CREDENTIALS)
 def test_no_credentials_are_fixed_by_a_key_file_or_an_emulator(
     way: str, offline, gcloud: GcloudStandIn, emulator: str, tmp_path, monkeypatch
 ):
-    """The Fix's first way, `gcloud auth application-default login`, has no offline stand-in: the credentials it leaves
-    always refresh at oauth2.googleapis.com (google-auth ignores a token_uri in them); its other two are followed."""
+    """The Fix's other two ways (its first: above)."""
     set_up(gcloud, BUCKET)
     with pytest.raises(rffm_gcs.Refused) as caught:
         reads(tmp_path)
