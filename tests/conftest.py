@@ -52,6 +52,7 @@ LONGEST_FIRST = [
     "test_posttrain",
     "test_cores",
     "test_bench_sweep",
+    "test_bench_grid",
     "test_gpu_check",
     "test_fixes_misc_workflow",
     "test_fixes_integrity_workflow",

@@ -1,1 +1,1 @@
-"""Benchmarks (`rffm bench cache|sweep|staging`): measured side by side, never imported by a step."""
+"""Benchmarks (`rffm bench cache|sweep|grid|staging`): measured side by side, never imported by a step."""

@@ -26,13 +26,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +37,12 @@ import yaml
 
 from rffm.backbone_kinds import RANDOM
 from rffm.bench.cache_measures import ARCH, CLASSES, SNRS
+from rffm.bench.scheduled import jobs_run, scheduler_run
 from rffm.ops.clean import release_immutable
 from rffm.records.files import read_json
 from rffm.records.layout import CHECKPOINT_NAME, METRICS_NAME, PROVENANCE_NAME, SENTINEL_NAME, cache_folder, epoch_folder
 from rffm.training import sweep
 
-SNAKEFILE = Path(__file__).resolve().parents[3] / "workflow" / "Snakefile"
 TRAIN = {"lr": 0.003, "batch_size": 128, "seed": 0}  # the default run's
 GRID = {"train.lr": [0.001, 0.003, 0.01, 0.03], "train.weight_decay": [0.0, 0.01]}  # 8 members
 SWEEP_RUN = "sweep"
@@ -80,31 +76,6 @@ def arm_runs(base: dict[str, Any], grid: dict[str, list[Any]]) -> dict[str, dict
     spec = {"run": SWEEP_RUN, **run, "sweep": grid}
     separate = {f"separate{i}": {**run, "train": sweep.member_spec(spec, m)["train"]} for i, m in enumerate(sweep.members(spec))}
     return {"sweep": {SWEEP_RUN: {**run, "sweep": grid}}, "separate": separate}
-
-
-def scheduler_run(work: Path, config: dict[str, Any], cores: int, target: str) -> tuple[float, str]:
-    """Seconds of one `snakemake --cores <cores> <target>` in `work` with `config` (the clock around the process), its output."""
-    (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    command = [str(Path(sys.executable).with_name("snakemake")), "-s", str(SNAKEFILE), "-d", str(work), "--cores", str(cores), target]
-    command += ["--configfile", str(work / "config.yaml")]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "RFFM_PLAIN_PROGRESS": "1"}
-    started = time.perf_counter()
-    result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
-    if result.returncode != 0:
-        output = result.stdout + result.stderr
-        logs = sorted(set(re.findall(r"^\s*log: (\S+)", output, flags=re.MULTILINE)))
-        failed = "".join(f"\n== {log}:\n" + (work / log).read_text()[-2000:] for log in logs if (work / log).is_file())
-        raise RuntimeError(f"snakemake {target} failed ({result.returncode}) in {work}:\n{output[-5000:]}{failed}")
-    return seconds, result.stdout + result.stderr
-
-
-def jobs_run(output: str) -> dict[str, int]:
-    """{rule: jobs} a scheduler run ran, from its log."""
-    counts: dict[str, int] = {}
-    for rule in re.findall(r"^\s*(?:local)?(?:rule|checkpoint) (\w+):$", output, flags=re.MULTILINE):
-        counts[rule] = counts.get(rule, 0) + 1
-    return counts
 
 
 def epoch_io(results: Path, runs: list[str], epochs: int) -> dict[str, int]:

@@ -13,6 +13,7 @@ from rffm import __version__
 from rffm.cli import steps
 from rffm.cli.everyday import (
     bench_cache,
+    bench_grid,
     bench_staging,
     bench_sweep,
     compare,
@@ -185,6 +186,24 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--cores", type=int, default=2, help="snakemake --cores of both arms")
     sub.add_argument("--grid", type=steps._json, help="the sweep as JSON instead of the default 8 members: '{\"train.lr\": [0.003, 0.01]}'")
     sub.add_argument("--config", help="take dataset, backbone and train block from this config's first run, e.g. config/examples/tiny.yaml")
+    sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
+    text = (
+        "A grid of R runs on one hidden-state cache, co-located per cache against per run (cache.colocate), each arm executed as a "
+        "cluster places its group jobs: backbone passes over the data (from the build records), CPU-seconds and wall time; exit 1 "
+        "when the passes are not 1 and R + 1 or the arms' artifacts differ."
+    )
+    sub = benches.add_parser("grid", help=text, description=text)
+    sub.set_defaults(func=bench_grid)
+    sub.add_argument("--runs", type=int, default=4, help="runs in the grid (R), on one (dataset, backbone)")
+    sub.add_argument("--epochs", type=int, default=2, help="epochs of each run")
+    sub.add_argument("--cores", type=int, default=2, help="snakemake --cores of each arm (per-run: that many one-core runs at once)")
+    sub.add_argument(
+        "--config",
+        default="config/examples/wavesfm_like.yaml",
+        help="the grid's dataset, backbone and train block: this config's first run, looked up over config/config.yaml "
+        "(default: config/examples/wavesfm_like.yaml; `make example-weights` first)",
+    )
+    sub.add_argument("--work-dir", help="where to put the temporary work folder (default: system temp dir)")
     sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
     text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
     sub = benches.add_parser("staging", help=text, description=text)

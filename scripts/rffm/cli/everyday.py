@@ -268,6 +268,12 @@ def bench_sweep(args: argparse.Namespace) -> int:
     return bench(args.samples, args.epochs, args.work_dir, args.threads, args.device, args.cores, args.grid, args.config, args.keep)
 
 
+def bench_grid(args: argparse.Namespace) -> int:
+    from rffm.bench.grid import main as bench
+
+    return bench(args.runs, args.epochs, args.cores, args.config, args.work_dir, args.keep)
+
+
 def bench_staging(args: argparse.Namespace) -> int:
     from rffm.bench.staging import main as bench
 
