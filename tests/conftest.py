@@ -351,7 +351,8 @@ RUN_KINDS = {
 
 def matrix_config(digests: dict[str, str]) -> dict:
     """The tiny config with a run of every kind on the tiny dataset: the embedded pretrained backbone (base), its random
-    floor, the three example user backbones (tests/byo.py), a sweep, a label-scarce run and an end-to-end reference."""
+    floor, the three example user backbones (tests/byo.py), a sweep, a label-scarce run (each of these one epoch) and an
+    end-to-end reference."""
     from byo import backbones
 
     config = tiny_config()
@@ -359,9 +360,11 @@ def matrix_config(digests: dict[str, str]) -> dict:
     base.pop("profiling")
     config["backbones"] |= backbones(digests) | {"floor": {**config["backbones"]["mini"], "source": "random"}}
     config["backbones"]["floor"].pop("pretrain")
-    runs = {name: {**base, "backbone": name} for name in ("floor", "waves", "spectrum", "exported")}
-    runs["sweep"] = {**base, "sweep": {"train.lr": [0.01, 0.03]}}
-    runs["scarce"] = {**base, "train": {**base["train"], "labels_per_class_snr": 2}}
+    # one epoch each: a kind is what its backbone, grid or labels make it (base, the tiny run, keeps its 3 epochs)
+    kind = {**base, "train": {**base["train"], "epochs": 1}}
+    runs = {name: {**kind, "backbone": name} for name in ("floor", "waves", "spectrum", "exported")}
+    runs["sweep"] = {**kind, "sweep": {"train.lr": [0.01, 0.03]}}
+    runs["scarce"] = {**kind, "train": {**kind["train"], "labels_per_class_snr": 2}}
     config["runs"] = {"base": base, **yaml.safe_load(yaml.safe_dump(runs))}  # no YAML aliases between runs
     config["references"] = {
         "cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}}
