@@ -328,11 +328,11 @@ def grid_tree(selected_tree: Path, tmp_path_factory) -> Path:
 
 
 def artifact_digests(results: Path) -> dict[str, str]:
-    """relative path -> sha256 of every file under results/artifacts/ (the selected classifiers)."""
-    from rffm.records.files import sha256_file
+    """relative path -> sha256 of every file under results/artifacts/ (the selected classifiers), as `rffm bench grid`
+    compares its arms."""
+    from rffm.bench.grid import artifacts
 
-    root = results / "artifacts"
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    return artifacts(results)
 
 
 # ---- one run of every kind, qualified (the guarantee matrix: tests/workflow/test_guarantee_matrix.py) ----
