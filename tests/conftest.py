@@ -173,10 +173,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True, **popen) -> subproc
         *args,
     ]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RFFM_PLAIN_PROGRESS": "1"}
-    if WARM.serves(env):
-        result = WARM.run(command, workdir, env, **popen)
-    else:
-        result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, **popen)
+    result = WARM.run_any(command, workdir, env, **popen)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import BIN, REPO, tiny_config
+from conftest import BIN, REPO, WARM, tiny_config
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE = f"us-central1-docker.pkg.dev/rffm-test/rffm/worker@{DIGEST}"
@@ -108,7 +108,7 @@ def run_fake_batch(
     command = [sys.executable, str(FAKE_BATCH), str(state), "--", *args]
     # a hang guard, not a time limit: a loaded machine running two test workers needs far longer than an idle one
     timeout = float(os.environ.get("RFFM_TEST_BATCH_TIMEOUT_S", 1200))
-    result = subprocess.run(command, cwd=workdir, env=environ, capture_output=True, text=True, timeout=timeout)
+    result = WARM.run_any(command, workdir, environ, timeout=timeout)  # the fake forked from the warm snakemake
     report = json.loads((state / "jobs.json").read_text())
     return result, report
 

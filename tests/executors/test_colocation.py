@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ from batch_support import (
 )
 from test_googlebatch_guarantees import PREEMPTION_EXIT_CODE, targets
 
-from conftest import BIN, JOB_HEADER, WILDCARDS, artifact_digests, grid_config
+from conftest import BIN, JOB_HEADER, WARM, WILDCARDS, artifact_digests, grid_config
 
 BUCKET = "rffm-colocation"
 RESULTS = "rffm/results"
@@ -78,7 +77,7 @@ def dry_run(checkout: Path, emulator: str, colocate: str) -> str:
     write_checkout_config(checkout, grid_config(colocate))
     environ = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "STORAGE_EMULATOR_HOST": emulator, **profile_env(BUCKET)}
     command = [str(BIN / "snakemake"), "--profile", "profiles/gcp-batch", "-n", "validation_selection"]
-    result = subprocess.run(command, cwd=checkout, env=environ, capture_output=True, text=True)
+    result = WARM.run_any(command, checkout, environ)
     assert result.returncode == 0, output(result)
     return result.stdout + result.stderr
 

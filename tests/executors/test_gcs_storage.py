@@ -25,7 +25,7 @@ from batch_support import IMAGE, PROJECT, bucket_objects, free_port, output, pro
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from conftest import BIN, REPO, tiny_config
+from conftest import BIN, REPO, WARM, tiny_config
 
 UPSTREAM = pytest.param("gcs", marks=pytest.mark.xfail(strict=True, reason="upstream snakemake-storage-plugin-gcs 1.1.4 defect"))
 PROVIDERS = ["rffm-gcs", UPSTREAM]
@@ -84,7 +84,7 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def snakemake(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return WARM.run_any([str(BIN / "snakemake"), *args], cwd, env, timeout=900)
 
 
 def message_lines(result: subprocess.CompletedProcess) -> list[str]:

@@ -34,7 +34,7 @@ from batch_support import (
     task_spec,
 )
 
-from conftest import BIN, PROFILED_TRACES, snakemake, tiny_config, write_config
+from conftest import BIN, PROFILED_TRACES, WARM, snakemake, tiny_config, write_config
 from rffm.records.files import sha256_file
 
 UPSTREAM = pytest.param("googlebatch", marks=pytest.mark.xfail(strict=True, reason="upstream googlebatch 0.5.1 defect"))
@@ -203,9 +203,7 @@ def test_the_manifest_names_the_launch_profile_and_the_traces_are_in_the_bucket(
 
 def test_a_finished_run_plans_nothing_although_the_cache_is_gone(batch_run, repo_checkout, emulator):
     environ = {**os.environ, "STORAGE_EMULATOR_HOST": emulator, **profile_env("rffm-e2e")}
-    dry = subprocess.run(
-        [str(BIN / "snakemake"), "--profile", "profiles/gcp-batch", "-n"], cwd=repo_checkout, env=environ, capture_output=True, text=True
-    )
+    dry = WARM.run_any([str(BIN / "snakemake"), "--profile", "profiles/gcp-batch", "-n"], repo_checkout, environ)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "Nothing to be done" in dry.stdout + dry.stderr
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from batch_support import create_bucket, gcs_emulator, make_checkout, profile_env
 
-from conftest import BIN, JOB_HEADER, REPO, plan_of
+from conftest import BIN, JOB_HEADER, REPO, WARM, plan_of
 
 TINY_JOBS = sorted(
     ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
@@ -43,6 +43,9 @@ def user_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A command as typed (PATH starts with the venv's bin); `snakemake` is forked warm (conftest.WARM)."""
+    if command[0] == "snakemake":
+        return WARM.run_any([str(BIN / "snakemake"), *command[1:]], cwd, env, timeout=900)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from test_slurm import FAST_POLLING, PROFILE, slurm_jobs
 
-from conftest import BIN, SNAKEFILE, plan_of, tiny_config, write_config
+from conftest import BIN, SNAKEFILE, WARM, plan_of, tiny_config, write_config
 from rffm.records.files import read_json, sha256_file
 
 pytestmark = pytest.mark.workflow
@@ -57,7 +57,7 @@ def environment() -> dict[str, str]:
 
 
 def launch(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(command(workdir, *args), cwd=workdir, env=environment(), capture_output=True, text=True, timeout=1200)
+    result = WARM.run_any(command(workdir, *args), workdir, environment(), timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return result
 
@@ -128,7 +128,7 @@ def raised(chain) -> dict:
     before = epoch_files(workdir, "base")
     known = set(slurm_jobs())
     write_config(workdir, two_runs(epochs=5))
-    dry = subprocess.run(command(workdir, "-n", "validation_selection"), cwd=workdir, env=environment(), capture_output=True, text=True)
+    dry = WARM.run_any(command(workdir, "-n", "validation_selection"), workdir, environment())
     assert dry.returncode == 0, dry.stderr[-4000:]
     result = launch(workdir, "validation_selection")
     return {"before": before, "plan": plan_of(dry.stdout), "jobs": set(slurm_jobs()) - known, "output": result.stdout + result.stderr}
@@ -203,16 +203,8 @@ def test_an_sbatch_rejection_is_shown_in_sbatchs_own_words(cluster, tmp_path):
     """A request the site cannot grant (two GPUs on a one-GPU node) fails with sbatch's message, not `message: None`."""
     write_config(tmp_path, tiny_config())
     # --slurm-status-command etc. as everywhere here; only the resources of one rule are made impossible
-    result = subprocess.run(
-        command(
-            tmp_path, "results/datasets/tiny/sentinel.json", "--set-resources", "stage_dataset:gpu=2", "stage_dataset:slurm_partition=gpu"
-        ),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    impossible = ("--set-resources", "stage_dataset:gpu=2", "stage_dataset:slurm_partition=gpu")
+    result = WARM.run_any(command(tmp_path, "results/datasets/tiny/sentinel.json", *impossible), tmp_path, environment(), timeout=300)
     text = result.stdout + result.stderr
     assert result.returncode != 0, text[-3000:]
     assert "Requested node configuration is not available" in text, text[-4000:]

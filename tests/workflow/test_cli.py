@@ -1,10 +1,11 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import rffm
-from conftest import BIN, REPO
+from conftest import BIN, REPO, WARM
 from rffm.cli import main, parser
 from rffm.config import entry_defaults
 
@@ -55,7 +56,8 @@ def test_module_entry_point_matches_the_console_script():
 
 def test_every_rule_runs_the_verb_and_step_module_of_its_name():
     """A newcomer finds a rule's code from its name: `rffm <rule>` runs scripts/rffm/steps/<rule>.py."""
-    listed = subprocess.run([str(BIN / "snakemake"), "--list-rules"], cwd=REPO, capture_output=True, text=True, check=True)
+    listed = WARM.run_any([str(BIN / "snakemake"), "--list-rules"], REPO, dict(os.environ))
+    assert listed.returncode == 0, listed.stderr
     rules = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()} - {"final_qualification", "validation_selection"}
     verbs = set(parser()._subparsers._group_actions[0].choices)
     modules = {path.stem for path in (REPO / "scripts/rffm/steps").glob("*.py")} - {"__init__"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, snakemake, tiny_config, write_config
+from conftest import BIN, REPO, WARM, snakemake, tiny_config, write_config
 from inotify import FileWatch
 
 pytestmark = pytest.mark.workflow
@@ -171,7 +171,7 @@ EXAMPLE_WORKER_IMAGE = "us-central1-docker.pkg.dev/my-project/rffm/worker@sha256
 
 def test_workflow_is_lint_and_format_clean():
     environ = {**os.environ, "RFFM_WORKER_IMAGE": EXAMPLE_WORKER_IMAGE}
-    lint = subprocess.run([str(BIN / "snakemake"), "--lint"], cwd=REPO, env=environ, capture_output=True, text=True)
+    lint = WARM.run_any([str(BIN / "snakemake"), "--lint"], REPO, environ)
     assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
     fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "workflow"], cwd=REPO, capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr

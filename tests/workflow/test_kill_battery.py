@@ -113,7 +113,7 @@ def test_after_a_kill_the_plan_names_rffm_unlock_and_plain_snakemake_resumes(fre
     sigkill_once_started(command, REPO, env, fresh_workdir / "results/logs/train_epoch/base/2.log")
     assert not (fresh_workdir / f"{RUN}/epochs/2/sentinel.json").exists(), "epoch 2 finished before the kill"
 
-    locked = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    locked = WARM.run_any(command, REPO, env)
     assert locked.returncode != 0
     line = f"rffm: {fresh_workdir} is locked by a run that was killed"
     ours, theirs = locked.stderr.find(line), locked.stderr.find("Directory cannot be locked")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, SNAKEFILE, plan_of, snakemake, tiny_config, write_config
+from conftest import BIN, SNAKEFILE, WARM, plan_of, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -65,7 +65,7 @@ def plain(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     """`snakemake -s <checkout>/workflow/Snakefile -d <workdir> <args>` as typed (no --configfile of the helper's)."""
     command = [str(BIN / "snakemake"), "-s", str(SNAKEFILE), "-d", str(workdir), *args]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
+    return WARM.run_any(command, workdir, env)
 
 
 def test_a_target_after_configfile_and_an_empty_configfile_are_fixed_as_troubleshooting_says(fresh_workdir: Path):
