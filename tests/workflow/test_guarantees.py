@@ -22,11 +22,18 @@ def read_json(path: Path):
 
 
 def test_no_rule_before_qualify_opens_the_test_split(fresh_workdir: Path):
+    """validation_selection trains and chooses on val every run and every end-to-end reference (here `cnn`)."""
+    config = tiny_config()
+    config["references"] = {
+        "cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}}
+    }
+    write_config(fresh_workdir, config)
     snakemake(fresh_workdir, "results/datasets/tiny/sentinel.json")
     watch = FileWatch(fresh_workdir / "results/datasets/tiny/test.h5")
     try:
         snakemake(fresh_workdir, "validation_selection")
         assert (fresh_workdir / RUN / "selection/selection.json").exists()
+        assert (fresh_workdir / "results/runs/cnn/selection/selection.json").exists()
         assert watch.events() == 0, "a rule up to selection opened the test split"
         snakemake(fresh_workdir, "final_qualification")
         assert watch.events() > 0, "qualification must read the test split (the watch saw nothing)"

@@ -553,6 +553,11 @@ def reference_qualify_inputs(wildcards):
     }
 
 
+def all_reference_selections():
+    """Each reference's epoch chosen on val: its training job's record (train_reference reads no test split)."""
+    return [selection_file(r, layout.SENTINEL_NAME) for r in config["references"]]
+
+
 def all_reference_manifests():
     return [qualification_file(r, layout.MANIFEST_NAME) for r in config["references"]]
 
