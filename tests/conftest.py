@@ -346,6 +346,11 @@ RUN_KINDS = {
 }
 
 
+def tiny_cnn() -> dict:
+    """A small end-to-end reference on the tiny dataset (a `references:` entry)."""
+    return {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}}
+
+
 def matrix_config(digests: dict[str, str]) -> dict:
     """The tiny config with a run of every kind on the tiny dataset: the embedded pretrained backbone (base), its random
     floor, the three example user backbones (tests/byo.py), a sweep, a label-scarce run (each of these one epoch) and an
@@ -363,9 +368,7 @@ def matrix_config(digests: dict[str, str]) -> dict:
     runs["sweep"] = {**kind, "sweep": {"train.lr": [0.01, 0.03]}}
     runs["scarce"] = {**kind, "train": {**kind["train"], "labels_per_class_snr": 2}}
     config["runs"] = {"base": base, **yaml.safe_load(yaml.safe_dump(runs))}  # no YAML aliases between runs
-    config["references"] = {
-        "cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}}
-    }
+    config["references"] = {"cnn": tiny_cnn()}
     return config
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, WARM, snakemake, tiny_config, write_config
+from conftest import BIN, REPO, WARM, snakemake, tiny_cnn, tiny_config, write_config
 from inotify import FileWatch
 
 pytestmark = pytest.mark.workflow
@@ -24,9 +24,7 @@ def read_json(path: Path):
 def test_no_rule_before_qualify_opens_the_test_split(fresh_workdir: Path):
     """validation_selection trains and chooses on val every run and every end-to-end reference (here `cnn`)."""
     config = tiny_config()
-    config["references"] = {
-        "cnn": {"dataset": "tiny", "model": {"width": 8, "blocks": 2}, "train": {"epochs": 2, "lr": 0.01, "batch_size": 16, "seed": 0}}
-    }
+    config["references"] = {"cnn": tiny_cnn()}
     write_config(fresh_workdir, config)
     snakemake(fresh_workdir, "results/datasets/tiny/sentinel.json")
     watch = FileWatch(fresh_workdir / "results/datasets/tiny/test.h5")
