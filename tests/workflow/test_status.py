@@ -66,6 +66,21 @@ def test_status_shows_each_run_state_from_its_sentinels(three_runs: Path, capsys
     assert rest == [f"run manifest: {three_runs}/results/runs/base/qualification/run_manifest.json"]
 
 
+def test_status_json_is_the_rows_the_table_shows(three_runs: Path, capsys):
+    import json
+
+    args = ["status", str(three_runs / "results"), "--config", str(three_runs / "config.yaml")]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    *table_lines, last = capsys.readouterr().out.splitlines()
+    assert "\n".join(table_lines) + "\n" == printed
+    rows = {row["run"]: row for row in json.loads(last)["rows"]}
+    assert {run: row["state"] for run, row in rows.items()} == {"base": "qualified", "picked": "selected", "midway": "training", "queued": "pending"}
+    assert rows["picked"]["test_accuracy"] is None and rows["picked"]["exposure"] == [0, 1]
+    assert f"{rows['midway']['best_value']:.3f} @1" in printed
+
+
 def test_status_flags_a_damaged_run_and_names_the_file(three_runs: Path, capsys):
     selection = three_runs / "results/runs/picked/selection/selection.json"
     selection.write_text(selection.read_text().replace('"mode": "max"', '"mode": "min"'))

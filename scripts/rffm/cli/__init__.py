@@ -74,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
+    sub.add_argument("--json", action="store_true", help="print the table, then its rows as one JSON object (the last line)")
     sub = verb(verify, "Re-check a results tree: sentinels, links, provenance, ledger, artifacts (stale folders listed, not failed).")
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)

@@ -51,6 +51,10 @@ def status(args: argparse.Namespace) -> int:
         print(f"no runs under {args.results_dir}/{RUNS}")
         return 1
     print(render(rows, full=args.full))
+    if args.json:
+        from rffm.ops.status import as_json
+
+        print(as_json(rows))
     return 0
 
 
