@@ -76,7 +76,8 @@ def test_status_json_is_the_rows_the_table_shows(three_runs: Path, capsys):
     *table_lines, last = capsys.readouterr().out.splitlines()
     assert "\n".join(table_lines) + "\n" == printed
     rows = {row["run"]: row for row in json.loads(last)["rows"]}
-    assert {run: row["state"] for run, row in rows.items()} == {"base": "qualified", "picked": "selected", "midway": "training", "queued": "pending"}
+    states = {run: row["state"] for run, row in rows.items()}
+    assert states == {"base": "qualified", "picked": "selected", "midway": "training", "queued": "pending"}
     assert rows["picked"]["test_accuracy"] is None and rows["picked"]["exposure"] == [0, 1]
     assert f"{rows['midway']['best_value']:.3f} @1" in printed
 
