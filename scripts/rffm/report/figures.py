@@ -21,7 +21,8 @@ were copied by hand and have no record yet are enclosed in
 
     <!-- unrecorded: why -->  ...  <!-- /unrecorded -->
 
-and counted (numbers with a decimal point or a unit), so the conversion can go on; they are never rewritten.
+and counted (numbers with a decimal point or a unit); they are never rewritten, and tests/unit/test_doc_figures.py fails
+while the documents hold one.
 """
 
 from __future__ import annotations
