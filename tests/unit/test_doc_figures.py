@@ -99,13 +99,14 @@ def test_paths_name_keys_items_and_rows_by_a_field():
 
 
 def test_compare_json_is_the_rows_the_table_is_rendered_from():
-    from rffm.ops.compare import as_json, render
+    from rffm.ops.compare import render
+    from rffm.report.measurement import rows_json
 
     row = {"run": "floor", "role": "floor", "dataset": "synth", "model": "random-init", "labels": None, "accuracy": 0.517}
     row |= {"accuracy_high_snr": 0.802, "high_snr_db": 10, "macro_f1": 0.507, "wall_s": 16.0, "member": None, "exposure": (1, 1)}
     row |= {"split": None, "members": 1, "optimizer_steps": 520, "optimizer_steps_computed": False, "split_qualifications": []}
     row |= {"vs_floor": None, "vs_end_to_end": None}
-    rows = json.loads(as_json([row]))["rows"]
+    rows = json.loads(rows_json([row]))["rows"]
     assert rows[0]["accuracy"] == 0.517 and render(rows) == render([row])
 
 

@@ -36,9 +36,9 @@ def compare(args: argparse.Namespace) -> int:
         return 1
     print(render(rows))
     if args.json:
-        from rffm.ops.compare import as_json
+        from rffm.report.measurement import rows_json
 
-        print(as_json(rows))
+        print(rows_json(rows))
     return 0
 
 
@@ -52,9 +52,9 @@ def status(args: argparse.Namespace) -> int:
         return 1
     print(render(rows, full=args.full))
     if args.json:
-        from rffm.ops.status import as_json
+        from rffm.report.measurement import rows_json
 
-        print(as_json(rows))
+        print(rows_json(rows))
     return 0
 
 

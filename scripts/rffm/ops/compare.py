@@ -295,11 +295,6 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def as_json(rows: list[dict[str, Any]]) -> str:
-    """`rffm compare --json`: the rows collect() built, as one JSON line {"rows": [...]} (what `rffm record` keeps)."""
-    return json.dumps({"rows": rows}, sort_keys=True)
-
-
 def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
     """Grouped bars: test accuracy, high-SNR accuracy and macro-F1 of every result; wall time in the legend."""
     from rffm.report.png import plt, save_png

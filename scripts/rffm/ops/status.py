@@ -14,7 +14,6 @@ checks everything, exactly as `rffm verify` does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -232,11 +231,6 @@ def exposure_words(exposure: tuple[int, int] | None) -> str:
     own, split = exposure
     times = {0: "never", 1: "once"}.get(own, f"{own} times")
     return f"{times} (split: {split} artifact{'s' if split != 1 else ''})"
-
-
-def as_json(rows: list[dict[str, Any]]) -> str:
-    """`rffm status --json`: the rows collect() built, as one JSON line {"rows": [...]} (what `rffm record` keeps)."""
-    return json.dumps({"rows": rows}, sort_keys=True)
 
 
 def render(rows: list[dict[str, Any]], full: bool = False) -> str:

@@ -2,7 +2,7 @@
 
 A record is one JSON file, workflow/docs/records/NAME.json (the folder the documentation's figures are generated
 from: rffm.report.figures), holding
-  output    the JSON object the command printed last (`rffm bench cache|sweep|staging`, `rffm compare --json`), or
+  output    the JSON object the command printed last (`rffm bench cache|sweep|staging`, `rffm compare|status --json`), or
             null for a command that prints none (`make run`: its figure is the wall time);
   printed   the other lines it printed on stdout (the last 200), as the reader saw them;
   wall_s    the command's wall-clock time, measured here; cpu_s, the CPU seconds of it and every process it waited
@@ -68,6 +68,11 @@ def checkout_commit(folder: Path) -> dict[str, Any]:
     """{commit: HEAD of the git checkout holding `folder`, dirty: tracked files differ from it} (None: not a checkout)."""
     revision = source_revision(folder)
     return {"commit": revision["source_revision"], "dirty": revision["dirty"]}
+
+
+def rows_json(rows: list[dict[str, Any]]) -> str:
+    """`rffm compare --json`, `rffm status --json`: the rows a table is rendered from, as one JSON line {"rows": [...]}."""
+    return json.dumps({"rows": rows}, sort_keys=True)
 
 
 def last_json(lines: list[str]) -> tuple[Any, list[str]]:
