@@ -1,10 +1,11 @@
-"""Co-location by cache on Google Batch (issue 36; fake Batch API + GCS emulator, the real profile).
+"""Co-location by cache on Google Batch (issues 36, 47; fake Batch API + GCS emulator, the real profile).
 
 A grid of three runs on one (dataset, backbone) cache (conftest.grid_config). With `cache.colocate: per-cache`
 (the default) the plan is one group job — one VM — that builds the cache once and trains every epoch of the three
-runs; `per-run` plans today's groups (the cache's own job, one job per run). The per-cache run's artifacts are
-byte-identical to the local run of the grid (conftest.grid_tree: locally groups are ignored, so it stands for either
-mode); the per-run groups run for real in test_googlebatch_guarantees.py (two runs on one cache).
+runs; with cache.runs_per_group 2, two group jobs (the build with two runs, then the third run, which builds its own
+copy); `per-run` plans a group job per run and the cache's own job. The real run (runs_per_group 2, its first VM
+preempted) has artifacts byte-identical to the local run of the grid (conftest.grid_tree: locally there are no
+groups, so it stands for every mode); the per-run groups run for real in test_googlebatch_guarantees.py.
 """
 
 from __future__ import annotations
@@ -71,10 +72,13 @@ def checkout(tmp_path_factory) -> Path:
     return make_checkout(tmp_path_factory.mktemp("checkout"), grid_config())
 
 
-def dry_run(checkout: Path, emulator: str, colocate: str) -> str:
+def dry_run(checkout: Path, emulator: str, colocate: str, runs_per_group: int | None = None) -> str:
     """`snakemake --profile profiles/gcp-batch -n validation_selection` as a user types it (the plan's notes need the
-    command line), with cache.colocate set."""
-    write_checkout_config(checkout, grid_config(colocate))
+    command line), with cache.colocate (and cache.runs_per_group) set."""
+    config = grid_config(colocate)
+    if runs_per_group:
+        config["cache"]["runs_per_group"] = runs_per_group
+    write_checkout_config(checkout, config)
     environ = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "STORAGE_EMULATOR_HOST": emulator, **profile_env(BUCKET)}
     command = [str(BIN / "snakemake"), "--profile", "profiles/gcp-batch", "-n", "validation_selection"]
     result = WARM.run_any(command, checkout, environ)
@@ -98,42 +102,72 @@ def test_per_cache_plans_one_group_job_and_per_run_todays_groups(checkout, emula
         "jobs, each holding 1 GPU (nvidia_gpu: one nvidia-l4 per VM) (cache.colocate: per-run)" in per_run  # fmt: skip
 
 
+def test_a_group_holds_at_most_runs_per_group_runs(checkout, emulator):
+    """Issue 47: per-cache with cache.runs_per_group 2, the three runs are two group jobs: the cache's build with the
+    first two runs' epochs, and the third run's epochs (which build their own copy on their VM)."""
+    create_bucket(emulator, BUCKET)
+    plan = dry_run(checkout, emulator, "per-cache", runs_per_group=2)
+    assert group_jobs(plan) == {
+        "cache_tiny__mini": sorted(["build_cache[dataset=tiny, backbone=mini]", *epochs_of("base"), *epochs_of("second")]),
+        "cache_tiny__mini__part2": epochs_of("third"),
+    }
+    assert "note: plan: cache tiny__mini: 2 cache builds, 3 runs, 7 epochs in 2 group jobs of at most 2 runs, each holding " \
+        "at most 1 GPU (nvidia_gpu: one nvidia-l4 per VM) (cache.runs_per_group: 2; " in plan  # fmt: skip
+
+
+FIRST, PART = ("base", "second"), ("third",)  # the runs of the two group jobs at cache.runs_per_group 2
+
+
 @pytest.fixture(scope="module")
 def preempted_grid(checkout, emulator, tmp_path_factory) -> dict:
-    """The real run (per-cache, the default) of the grid to its selections, with Batch retries on: the fake preempts the
-    group's VM once `base`'s epoch 2 is in the bucket's memo, and Batch (the fake) retries the task on a new VM."""
+    """The real run (per-cache, cache.runs_per_group 2) of the grid to its selections, with Batch retries on: two group
+    jobs, the cache's build with base's and second's epochs, then third's epochs; the fake preempts the first group's VM
+    once `base`'s epoch 2 is in the bucket's memo, and Batch (the fake) retries the task on a new VM."""
     create_bucket(emulator, BUCKET)
-    write_checkout_config(checkout, grid_config())
+    config = grid_config()
+    config["cache"]["runs_per_group"] = 2
+    write_checkout_config(checkout, config)
     epoch2 = {"stage": "train_epoch", "key": {"run": "base", "epoch": 2}}
     memo = rf"{RESULTS}/memo/train_epoch/[0-9a-f]{{64}}/sentinel\.json"
-    preempt = [{"job": "^cache-tiny-mini-", "bucket": BUCKET, "object": memo, "json": epoch2}]
+    preempt = [{"job": "^cache-tiny-mini-build-", "bucket": BUCKET, "object": memo, "json": epoch2}]
     result, report = run_fake_batch(
         checkout, tmp_path_factory.mktemp("state"), emulator, "--profile", "profiles/gcp-batch", *FAST,
         "--rffm-googlebatch-retry-count", "1", "validation_selection",
         env={**profile_env(BUCKET), "FAKE_BATCH_PREEMPT": json.dumps(preempt)},
     )  # fmt: skip
     assert result.returncode == 0, output(result)
-    [group] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-")]
-    return {"report": report, "group": group, "objects": bucket_objects(emulator, BUCKET)}
+    [group] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-build-")]
+    [part] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-part2-")]
+    return {"report": report, "group": group, "part": part, "objects": bucket_objects(emulator, BUCKET)}
 
 
-def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(preempted_grid, grid_tree):
-    """One Batch job holds the cache build and the 7 epochs; no epoch built a cache; one L4 and one local SSD on that
-    VM; every artifact byte-identical to the local grid's (its VM preempted once on the way: below)."""
-    report, group, objects = preempted_grid["report"], preempted_grid["group"], preempted_grid["objects"]
+def epoch_targets(runs: tuple[str, ...]) -> list[str]:
+    return [f"train_epoch:run={run},epoch={e}" for run in runs for e in range(1, EPOCHS[run] + 1)]
+
+
+def test_per_cache_groups_build_the_cache_once_per_group_job(preempted_grid, grid_tree):
+    """Issue 47 (issue 36 before it): at cache.runs_per_group 2 the three runs are two Batch jobs: the first builds the
+    cache and trains base's and second's epochs, none of which builds a cache; the second (third's epochs) builds its
+    own copy on its own VM in its first epoch: 2 cache builds for 3 runs. One L4 and one local SSD on each VM; every
+    artifact byte-identical to the local grid's (the first VM preempted once on the way: below)."""
+    report, group, part, objects = (preempted_grid[k] for k in ("report", "group", "part", "objects"))
     names = sorted(job["job_id"].rsplit("-", 1)[0] for job in report["jobs"])
-    assert names == ["cache-tiny-mini-build-cache-train-epoch", "pretrain-backbone", *["select-checkpoint"] * 3, "stage-dataset"]
-    epochs = [f"train_epoch:run={run},epoch={e}" for run in EPOCHS for e in range(1, EPOCHS[run] + 1)]
-    assert targets(group) == sorted(["build_cache:dataset=tiny,backbone=mini", *epochs])
+    assert names == sorted([group["job_id"].rsplit("-", 1)[0], part["job_id"].rsplit("-", 1)[0], "pretrain-backbone",
+                            *["select-checkpoint"] * 3, "stage-dataset"])  # fmt: skip
+    assert targets(group) == sorted(["build_cache:dataset=tiny,backbone=mini", *epoch_targets(FIRST)])
+    assert targets(part) == sorted(epoch_targets(PART))
     assert [job for job in report["jobs"] if any(t.startswith("build_cache") for t in targets(job))] == [group]
-    policy = instance(group)["policy"]
-    assert [(a["type_"], a["count"]) for a in policy["accelerators"]] == [("nvidia-l4", "1")]
-    assert [d["new_disk"]["size_gb"] for d in policy["disks"]] == ["375"], "one local SSD, never the members' sum"
+    for job in (group, part):
+        policy = instance(job)["policy"]
+        assert [(a["type_"], a["count"]) for a in policy["accelerators"]] == [("nvidia-l4", "1")]
+        assert [d["new_disk"]["size_gb"] for d in policy["disks"]] == ["375"], "one local SSD, never the members' sum"
 
     provenance = {run: [json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{e}/provenance.json"].download_as_text())
                         for e in range(1, EPOCHS[run] + 1)] for run in EPOCHS}  # fmt: skip
-    assert not [(run, p["epoch"]) for run, ps in provenance.items() for p in ps if "cache_build" in p], "an epoch built a cache"
-    assert {p["job_id"] for ps in provenance.values() for p in ps} == {group["name"]}
+    built = sorted((run, p["epoch"]) for run, ps in provenance.items() for p in ps if "cache_build" in p)
+    assert built == [("third", 1)], "only the second group job's first epoch builds a copy of the cache"
+    assert {p["job_id"] for run in FIRST for p in provenance[run]} == {group["name"]}
+    assert {p["job_id"] for run in PART for p in provenance[run]} == {part["name"]}
     artifacts = {
         name.removeprefix(f"{RESULTS}/artifacts/"): hashlib.sha256(blob.download_as_bytes()).hexdigest()
         for name, blob in objects.items()
@@ -144,9 +178,10 @@ def test_per_cache_builds_the_cache_once_on_one_vm_for_every_run(preempted_grid,
 
 
 def test_a_preempted_group_resumes_every_run_from_the_memo_and_builds_the_cache_once_more(preempted_grid):
-    """Issue 36, acceptance 1: the co-located group's VM is preempted once base's epoch 2 is in the memo; Batch retries
-    the task on a new VM, where the group builds the cache once (the new local SSD is empty) and every epoch an attempt
-    completed comes back from the memo: none is trained twice, whichever run it belongs to."""
+    """Issue 36, acceptance 1 (issue 47, acceptance 2, with bounded groups): the co-located group's VM is preempted once
+    base's epoch 2 is in the memo; Batch retries the task on a new VM, where the group builds the cache once (the new
+    local SSD is empty) and every epoch an attempt completed comes back from the memo: none is trained twice, whichever
+    run it belongs to. The other group job is never preempted and runs once."""
     group, objects = preempted_grid["group"], preempted_grid["objects"]
     assert task_spec(group)["max_retry_count"] == 1
     first, retry = group["attempts"]
@@ -168,7 +203,10 @@ def test_a_preempted_group_resumes_every_run_from_the_memo_and_builds_the_cache_
     assert memo[("base", 1)] == memo[("base", 2)] == "0", memo
     for (run, epoch), trained_in in memo.items():
         record = json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{epoch}/provenance.json"].download_as_text())
-        assert attempt(record) == "1", (run, epoch)  # every epoch's record is the retry's
+        if run in PART:  # the second group job: one attempt, nothing restored
+            assert (attempt(record), trained_in) == ("0", "0") and "restored_from" not in record, (run, epoch)
+            continue
+        assert attempt(record) == "1", (run, epoch)  # every epoch's record of the first group job is the retry's
         if trained_in == "0":  # completed before the preemption: restored on the new VM, never trained again
             assert record["restored_from"].startswith(f"gs://{BUCKET}/{RESULTS}/memo/train_epoch/"), (run, epoch, record)
             assert attempt(record["computed_by"]) == "0", (run, epoch)

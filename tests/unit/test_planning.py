@@ -9,9 +9,56 @@ import pytest
 import yaml
 
 from conftest import REPO, grid_config
+from rffm import config as rffm_config
 from rffm.plan import planning
 
 HEAD = "note: plan: cache tiny__mini: "
+
+
+def filled(config: dict) -> dict:
+    """A config with the schema's defaults, as the workflow sees it."""
+    schema = rffm_config.load_schema()
+    rffm_config.fill_defaults(config, schema, schema)
+    return config
+
+
+def study(runs: int, runs_per_group: int | None = None, colocate: str = "per-cache") -> dict:
+    """The grid's `base` run copied `runs` times (r1 .. rN) on its one cache, 2 epochs each."""
+    config = grid_config(colocate)
+    base = config["runs"]["base"]
+    config["runs"] = {f"r{i}": {**base, "train": {**base["train"], "epochs": 2, "seed": i}} for i in range(1, runs + 1)}
+    if runs_per_group:
+        config["cache"]["runs_per_group"] = runs_per_group
+    return filled(config)
+
+
+def test_a_cache_of_five_runs_two_per_group_is_three_group_jobs_the_first_with_its_build():
+    """Issue 47: no group grows with the study; a cache R runs read is built by ceil(R / runs_per_group) group jobs."""
+    placed = planning.colocation(study(5, runs_per_group=2))
+    assert placed.builds == {("tiny", "mini"): "cache_tiny__mini"}
+    assert placed.epochs == {
+        "r1": "cache_tiny__mini", "r2": "cache_tiny__mini",
+        "r3": "cache_tiny__mini__part2", "r4": "cache_tiny__mini__part2",
+        "r5": "cache_tiny__mini__part3",
+    }  # fmt: skip
+    assert planning.colocation_lines(study(5, runs_per_group=2)) == [
+        HEAD + "3 cache builds, 5 runs x 2 epochs in 3 group jobs of at most 2 runs (cache.runs_per_group: 2; "
+        "cache_tiny__mini builds the cache, each other group job builds its own copy on its VM or node once that one ends; "
+        "cache.colocate: per-cache)"
+    ]
+
+
+@pytest.mark.parametrize("runs", [1, 8, 9, 1000])
+def test_every_group_holds_at_most_runs_per_group_runs_and_per_run_one(runs: int):
+    """The default bound (8) at any study size; per-run: each run its own group, the build its own job."""
+    placed = planning.colocation(study(runs))
+    sizes: dict[str, int] = {}
+    for group in placed.epochs.values():
+        sizes[group] = sizes.get(group, 0) + 1
+    assert len(sizes) == -(-runs // 8) and max(sizes.values()) == min(runs, 8)
+    per_run = planning.colocation(study(runs, colocate="per-run"))
+    assert sorted(per_run.epochs.values()) == sorted(f"train_r{i}" for i in range(1, runs + 1))
+    assert per_run.builds[("tiny", "mini")] == ("train_r1" if runs == 1 else "cache_tiny__mini")
 
 
 def booking_of(monkeypatch: pytest.MonkeyPatch, profile: str, *argv: str) -> planning.GpuBooking | None:
@@ -79,7 +126,7 @@ def booking_of(monkeypatch: pytest.MonkeyPatch, profile: str, *argv: str) -> pla
 def test_the_colocation_note_says_the_gpus_each_group_job_holds(monkeypatch, profile: str, argv: tuple[str, ...], colocate: str, line: str):
     """Snakemake books a group job its widest layer (every run's epoch k at once, as --cores and --resources allow) on
     SLURM; on Google Batch nvidia_gpu names one accelerator per VM (a string resource is never summed)."""
-    assert planning.colocation_lines(grid_config(colocate), booking_of(monkeypatch, profile, *argv)) == [HEAD + line]
+    assert planning.colocation_lines(filled(grid_config(colocate)), booking_of(monkeypatch, profile, *argv)) == [HEAD + line]
 
 
 @pytest.mark.parametrize(
@@ -104,6 +151,6 @@ def test_what_one_job_books(resources: dict, executor: str | None, booked: tuple
 
 def test_a_gpu_count_the_plan_cannot_read_says_nothing_of_gpus():
     unknown = planning.GpuBooking(build=None, epoch=1)
-    assert planning.colocation_lines(grid_config("per-cache"), unknown) == [
+    assert planning.colocation_lines(filled(grid_config("per-cache")), unknown) == [
         HEAD + "1 cache build, 3 runs, 7 epochs in one group job (cache_tiny__mini: one VM or node; cache.colocate: per-cache)"
     ]

@@ -32,7 +32,8 @@ def with_setting(key: str, value) -> dict:
         ("device", "auto"),  # the device of backbone passes and epochs
         ("cache.batch_size", 7),  # examples per backbone forward
         ("cache.disk_headroom", 0),  # the free-space check
-        ("cache.colocate", "per-run"),  # a cluster's group jobs (local runs ignore groups): the default is per-cache
+        ("cache.colocate", "per-run"),  # a cluster's group jobs (local runs carry no groups): the default is per-cache
+        ("cache.runs_per_group", 1),  # the most runs of a cluster's group job
         ("runs.base.profiling", None),  # profiling off (the tiny run is profiled)
         ("runs.base.profiling.batch_count", 5),  # more traced batches
         ("threads", 2),  # torch threads of the heavy steps

@@ -17,7 +17,7 @@ from rffm.training import sweep
 planning.check_config(config, workflow)
 # On cluster nodes or VMs, scratch and the GPU are theirs: checked when each job starts; the plan says so.
 planning.note_node_checks(workflow, config)
-# ... and how each cache's build and its readers' epochs are grouped there (cache.colocate).
+# ... and how each cache's build and its readers' epochs are grouped there (cache.colocate, cache.runs_per_group).
 planning.note_colocation(workflow, config)
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
@@ -235,39 +235,23 @@ def epoch_profile_batches(wildcards):
     return profiling["batch_count"] if profiling and int(wildcards.epoch) <= 2 else 0
 
 
-# ---- groups: on a cluster, one job (one node or VM) per cache or per run (config cache.colocate) ----
-# The cache never leaves the node that built it, so its readers go to it: per-cache, a cache's build and every
-# epoch of every run reading it are one group job (one build); per-run, each run's epochs are one group job
-# that builds its own copy (a cache several runs read is also built by its own job). Local runs ignore groups.
-COLOCATE = config["cache"]["colocate"]
-
-
-def cache_readers(dataset, backbone):
-    """The runs that read one (dataset, backbone) cache, in config order."""
-    return [
-        name
-        for name, run in config["runs"].items()
-        if (run["dataset"], run["backbone"]) == (dataset, backbone)
-    ]
-
-
-def colocated_group(dataset, backbone):
-    """The group of a cache and its readers: the run's group when one run reads it (either mode)."""
-    runs = cache_readers(dataset, backbone)
-    return f"train_{runs[0]}" if len(runs) == 1 else f"cache_{dataset}__{backbone}"
+# ---- groups: on a cluster, one job (one node or VM) per cache part or per run (config cache.colocate) ----
+# The cache never leaves the node that built it, so its readers go to it: per-cache, a cache's build and the epochs of
+# the first cache.runs_per_group runs reading it are one group job, each further part of at most that many runs another
+# that builds its own copy; per-run, each run's epochs are one group job that builds its own copy (a cache several runs
+# read is also built by its own job). Looked up in one table built once (rffm.plan.planning.colocation); local runs
+# carry no groups (planning.groups_apply).
+GROUPS = planning.colocation(config) if planning.groups_apply(workflow) else None
 
 
 def cache_group(wildcards):
-    """The build of a cache: with its readers (per-cache, or the one run that reads it) or its own job."""
-    return colocated_group(wildcards.dataset, wildcards.backbone)
+    """The build of a cache: with its first readers, or the one run that reads it, or its own job."""
+    return GROUPS and GROUPS.builds[(wildcards.dataset, wildcards.backbone)]
 
 
 def epoch_group(wildcards):
-    """The epochs of a run: with its cache's build and the other readers' epochs (per-cache) or its own job."""
-    cfg = run_config(wildcards.run)
-    if COLOCATE == "per-cache":
-        return colocated_group(cfg["dataset"], cfg["backbone"])
-    return f"train_{wildcards.run}"
+    """The epochs of a run: with its cache's build and other readers' epochs (per-cache) or its own job."""
+    return GROUPS and GROUPS.epochs[wildcards.run]
 
 
 # ---- input functions ----

@@ -14,6 +14,7 @@ from rffm.cli import steps
 from rffm.cli.everyday import (
     bench_cache,
     bench_grid,
+    bench_plan,
     bench_staging,
     bench_sweep,
     compare,
@@ -204,6 +205,17 @@ def parser() -> argparse.ArgumentParser:
         help="the grid's dataset, backbone and train block: this config's first run, looked up over config/config.yaml "
         "(default: config/examples/wavesfm_like.yaml; `make example-weights` first)",
     )
+    sub.add_argument("--work-dir", help="where to put the temporary work folder (default: system temp dir)")
+    sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
+    text = (
+        "A study of R runs x E epochs on one cache: rffm's dry run beside a bare Snakefile of the same shape, on the local, "
+        "SLURM and Google Batch profiles: CPU-seconds, jobs, group jobs, cache builds (last line: JSON)."
+    )
+    sub = benches.add_parser("plan", help=text, description=text)
+    sub.set_defaults(func=bench_plan)
+    sub.add_argument("--runs", type=int, nargs="+", default=[100, 1000], help="study sizes R (default: 100 1000)")
+    sub.add_argument("--epochs", type=int, default=10, help="epochs of each run")
+    sub.add_argument("--profiles", nargs="+", choices=["local", "slurm", "gcp-batch"], default=["local", "slurm", "gcp-batch"])
     sub.add_argument("--work-dir", help="where to put the temporary work folder (default: system temp dir)")
     sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
     text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."

@@ -278,6 +278,12 @@ def bench_grid(args: argparse.Namespace) -> int:
     return bench(args.runs, args.epochs, args.cores, args.config, args.work_dir, args.keep)
 
 
+def bench_plan(args: argparse.Namespace) -> int:
+    from rffm.bench.plan import main as bench
+
+    return bench(args)
+
+
 def bench_staging(args: argparse.Namespace) -> int:
     from rffm.bench.staging import main as bench
 

@@ -16,7 +16,7 @@ from typing import Any
 from rffm import config as rffm_config
 from rffm.backbone_kinds import PYTHON
 from rffm.cloud.preflight import pinned_image_problem
-from rffm.config.invocation import NODES, command_line
+from rffm.config.invocation import HERE, NODES, command_line
 from rffm.data import cache_plan
 from rffm.errors import PlanRefused, RffmError
 from rffm.model.usercode import user_source
@@ -83,33 +83,89 @@ def group_gpus(booking: GpuBooking | None, runs: int) -> str:
     return f"{gpus} GPU{'s' if gpus != 1 else ''}{limit}" if gpus else "no GPU"
 
 
+def cache_readers(config: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+    """The runs that read each (dataset, backbone) cache, in config order (one pass: the plan's groups look them up)."""
+    readers: dict[tuple[str, str], list[str]] = {}
+    for name, run in config["runs"].items():
+        readers.setdefault((run["dataset"], run["backbone"]), []).append(name)
+    return readers
+
+
+@dataclasses.dataclass(frozen=True)
+class Colocation:
+    """The group of every cache build and of every run's epochs on a cluster (workflow/rules/common.smk: groups)."""
+
+    builds: dict[tuple[str, str], str]  # (dataset, backbone) -> the group of its build_cache job
+    epochs: dict[str, str]  # run -> the group of its train_epoch jobs
+    parts: dict[tuple[str, str], list[list[str]]]  # (dataset, backbone) -> its readers, one list per group job
+
+
+def colocation(config: dict[str, Any]) -> Colocation:
+    """Each cache's readers split into group jobs: per-cache, at most cache.runs_per_group runs each (the first with
+    the cache's build; each other builds its own copy on its node), so no group grows with the study; per-run, one
+    group job per run and one for the build. A cache one run reads is grouped with that run either way."""
+    mode, size = config["cache"]["colocate"], config["cache"]["runs_per_group"]
+    builds: dict[tuple[str, str], str] = {}
+    epochs: dict[str, str] = {}
+    parts: dict[tuple[str, str], list[list[str]]] = {}
+    for key, runs in cache_readers(config).items():
+        name = f"cache_{key[0]}__{key[1]}"
+        if len(runs) == 1:
+            builds[key] = epochs[runs[0]] = f"train_{runs[0]}"
+            parts[key] = [runs]
+            continue
+        builds[key] = name
+        if mode == "per-run":
+            parts[key] = [[run] for run in runs]
+            epochs.update({run: f"train_{run}" for run in runs})
+            continue
+        parts[key] = [runs[i : i + size] for i in range(0, len(runs), size)]
+        for index, part in enumerate(parts[key]):
+            epochs.update({run: name if index == 0 else f"{name}__part{index + 1}" for run in part})
+    return Colocation(builds, epochs, parts)
+
+
+def groups_apply(workflow: Any) -> bool:
+    """Whether the plan carries groups: not where every job runs on this machine (Snakemake's local executor ignores
+    them, and checking a grouped job's readiness walks its whole group: a cost that buys nothing here)."""
+    return rffm_config.where_jobs_run(workflow) != HERE
+
+
 def colocation_lines(config: dict[str, Any], booking: GpuBooking | None = None) -> list[str]:
     """One line per cache several runs read (where cache.colocate decides): how its build and its readers' epochs are
     grouped on a cluster (workflow/rules/common.smk: groups), how many cache builds that implies and the GPUs each
     group job holds (`booking`: gpu_booking)."""
     mode = config["cache"]["colocate"]
-    readers: dict[tuple[str, str], list[str]] = {}
-    for name, run in config["runs"].items():
-        readers.setdefault((run["dataset"], run["backbone"]), []).append(name)
+    placed = colocation(config)
     lines = []
-    for (dataset, backbone), runs in readers.items():
+    for (dataset, backbone), runs in cache_readers(config).items():
         epochs = [config["runs"][run]["train"]["epochs"] for run in runs]
         plural = "s" if len(runs) > 1 else ""
         work = f"{len(runs)} run{plural} x {epochs[0]} epochs" if len(set(epochs)) == 1 else f"{len(runs)} runs, {sum(epochs)} epochs"
         head = f"note: plan: cache {dataset}__{backbone}: "
         if len(runs) == 1:  # grouped with its one run either way: nothing to choose, nothing to say
             continue
-        if mode == "per-cache":
+        parts = placed.parts[(dataset, backbone)]
+        if mode == "per-run":
+            gpus = group_gpus(booking, 1)
+            lines.append(
+                f"{head}{len(runs) + 1} cache builds (its own job and one on each run's node), {work} in {len(runs)} group jobs"
+                f"{f', each holding {gpus}' if gpus else ''} (cache.colocate: per-run)"
+            )
+        elif len(parts) == 1:
             gpus = group_gpus(booking, len(runs))
             lines.append(
                 f"{head}1 cache build, {work} in one group job{f' holding {gpus}' if gpus else ''} "
                 f"(cache_{dataset}__{backbone}: one VM or node; cache.colocate: per-cache)"
             )
         else:
-            gpus = group_gpus(booking, 1)
+            size = config["cache"]["runs_per_group"]
+            gpus = group_gpus(booking, size)
             lines.append(
-                f"{head}{len(runs) + 1} cache builds (its own job and one on each run's node), {work} in {len(runs)} group jobs"
-                f"{f', each holding {gpus}' if gpus else ''} (cache.colocate: per-run)"
+                f"{head}{len(parts)} cache builds, {work} in {len(parts)} group jobs of at most {size} runs"
+                f"{f', each holding at most {gpus}' if gpus else ''} (cache.runs_per_group: {size}; cache_{dataset}__{backbone}"
+                " builds the cache, each other group job builds its own copy on its VM or node once that one ends; "
+                "cache.colocate: per-cache)"
             )
     return lines
 
@@ -282,6 +338,7 @@ class FrozenRuns:
     def __init__(self, workflow: Any, store: str, selection_source: Callable[[str], dict[str, Any]]) -> None:
         self.workflow, self.store, self.selection_source = workflow, store, selection_source
         self.qualified: dict[str, list] | None = None
+        self.passed: set[str] = set()  # each of a run's epoch, selection and qualify jobs asks: checked once per plan
 
     def runs_qualified(self) -> dict[str, list]:
         """Runs the ledger holds an entry for (read once, by the submitting Snakemake only)."""
@@ -294,12 +351,15 @@ class FrozenRuns:
 
     def refuse(self, run: str) -> None:
         """Stop when the run was qualified and its settings changed since, or its ledger entry is not the one recorded."""
+        if run in self.passed:
+            return
         if self.qualified is None:
             self.qualified = self.runs_qualified()
         if problem := ledger.frozen_run_problem(self.qualified.get(run, []), self.selection_source(run)):
             raise PlanRefused(f"rffm: {problem}")
         if planning(self.workflow):
             self.refuse_changed_entry(run)
+        self.passed.add(run)
 
     def refuse_changed_entry(self, run: str) -> None:
         """Stop (before Snakemake deletes a forced qualify's outputs, which record the entry) when the run's ledger
