@@ -86,7 +86,7 @@ $(BIN)/rffm: pyproject.toml $$(TORCH_STAMP)
 # `snakemake --profile gcp-batch` / `--profile slurm` find them; an existing different profile of that
 # name is left alone (the message says how to proceed) and setup goes on.
 setup: $(BIN)/rffm
-	@$(BIN)/rffm install_profiles --checkout $(CURDIR) || echo "make setup: profiles not linked (see above); --profile profiles/<name> works all the same"
+	@$(BIN)/rffm install_profiles --checkout $(CURDIR) || echo "make setup: a profile was not linked (see above: each one skipped and its Fix); --profile profiles/<name> works all the same"
 
 # What setup installs here, without installing anything.
 torch-choice:

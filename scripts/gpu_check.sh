@@ -3,10 +3,11 @@
 # non-blocking host-to-device copies, BF16 autocast in the backbone, adaptive batches.
 # Prints the same P-figures as `rffm bench cache` (P1, P3, ...), runs the tiny workflow
 # (config/examples/tiny.yaml) end to end with `device: cuda`, verifies it, checks that its cache
-# and qualification ran on that device, and prints the bench's JSON again as its last line.
-# Usage: scripts/gpu_check.sh [SAMPLES]          (default 88000: the default dataset's size)
+# and qualification ran on that device, exports the run (the export's check runs on the CPU in
+# either mode) and prints the bench's JSON again as its last line.
+# Usage: scripts/gpu_check.sh [SAMPLES]          (default 22000: the default dataset's size)
 #   RFFM_GPU_CHECK_DEVICE=cpu scripts/gpu_check.sh [SAMPLES]   the same steps on the CPU at tiny
-#   size (default 64 samples, a one-block backbone, the run's export off): the script's own test
+#   size (default 64 samples, a one-block backbone): the script's own test
 #   (tests/workflow/test_gpu_check.py), no GPU figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ case "$DEVICE" in
 cuda)
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device visible to torch. Fix: run on a GPU machine, or RFFM_GPU_CHECK_DEVICE=cpu for the CPU check.')"
   "$PY" -c "import torch; print('device:', torch.cuda.get_device_name(0), 'torch', torch.__version__)"
-  bench=(--samples "${1:-88000}" --repeats 3)
+  bench=(--samples "${1:-22000}" --repeats 3)
   cores=4
   ;;
 cpu)
@@ -42,9 +43,8 @@ import sys, yaml
 path, device, cores = sys.argv[1:]
 config = yaml.safe_load(open("config/examples/tiny.yaml"))
 config.update(threads=int(cores), device=device)
-if device == "cpu":  # the export runs on the CPU in either mode; the CPU check leaves it out (most of a tiny run's time)
-    for run in config["runs"].values():
-        run["export"] = False
+for run in config["runs"].values():  # the export of a run trained on the device (its check runs on the CPU)
+    run["export"] = True
 yaml.safe_dump(config, open(path, "w"), sort_keys=False)
 EOF
 "$BIN/snakemake" -s workflow/Snakefile -d "$work" --configfile "$work/config.yaml" --cores "$cores" -q
@@ -53,6 +53,9 @@ EOF
 import json, pathlib, sys
 work, device = pathlib.Path(sys.argv[1]), sys.argv[2]
 records = [work / "results/runs/base/qualification/provenance.json", *sorted((work / "results/caches").glob("*/provenance.json"))]
+card = json.loads((work / "results/runs/base/export/model_card.json").read_text())
+print(f"export: {card['validation_check']['examples']} val examples, pt2 max |logit difference| "
+      f"{card['validation_check']['pt2']['max_abs_logit_difference']}")
 for record in records:
     found = json.loads(record.read_text()).get("device")
     print(f"{record.relative_to(work)}: device {found}")

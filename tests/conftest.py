@@ -203,6 +203,17 @@ def plan_of(output: str) -> list[str]:
     return sorted(job for job in jobs if job.split("[")[0] not in TARGET_RULES)
 
 
+def accuracy_of_examples(qualification: Path) -> float:
+    """The test accuracy a qualification's own per-example record implies (metrics.json, correct_by_example): what a
+    recorded accuracy must equal."""
+    import json
+
+    from rffm.model.metrics import CORRECT_KEY, unpack_correct
+
+    metrics = json.loads((qualification / "metrics.json").read_text())
+    return float(unpack_correct(metrics[CORRECT_KEY], metrics["count"]).mean())
+
+
 def copy_workdir(source: Path, destination: Path) -> Path:
     """Copy a finished working directory, keeping modification times and Snakemake metadata."""
     shutil.copytree(source, destination, symlinks=True, copy_function=shutil.copy2)

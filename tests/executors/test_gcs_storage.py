@@ -27,7 +27,12 @@ from google.cloud import storage
 
 from conftest import BIN, REPO, WARM, tiny_config
 
-UPSTREAM = pytest.param("gcs", marks=pytest.mark.xfail(strict=True, reason="upstream snakemake-storage-plugin-gcs 1.1.4 defect"))
+UPSTREAM = pytest.param(
+    "gcs",
+    marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError, reason="upstream snakemake-storage-plugin-gcs 1.1.4 defect: the assertion naming it fails"
+    ),
+)
 PROVIDERS = ["rffm-gcs", UPSTREAM]
 # Snakemake frames a WorkflowError with these lines; everything else it prints about the error is the message
 FRAMING = ("Using profile", "WorkflowError", '  File "', "Building DAG of jobs", "Config file ")

@@ -37,7 +37,10 @@ from batch_support import (
 from conftest import BIN, PROFILED_TRACES, WARM, snakemake, tiny_config, write_config
 from rffm.records.files import sha256_file
 
-UPSTREAM = pytest.param("googlebatch", marks=pytest.mark.xfail(strict=True, reason="upstream googlebatch 0.5.1 defect"))
+UPSTREAM = pytest.param(
+    "googlebatch",
+    marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="upstream googlebatch 0.5.1 defect: the assertion naming it fails"),
+)
 EXECUTORS = ["rffm-googlebatch", UPSTREAM]
 
 # A minimal workflow for the executor tests. Rule `ok`'s shell carries a command substitution that an

@@ -19,6 +19,7 @@ import yaml
 from batch_support import create_bucket, gcs_emulator, make_checkout, profile_env
 
 from conftest import BIN, JOB_HEADER, REPO, WARM, plan_of
+from fixes import run_fix
 
 TINY_JOBS = sorted(
     ["stage_dataset[dataset=tiny]", "pretrain_backbone[backbone=mini]", "build_cache[dataset=tiny, backbone=mini]"]
@@ -57,27 +58,26 @@ def gcp_env(home: Path, emulator: str, bucket: str) -> dict[str, str]:
 
 def test_install_profiles_links_is_idempotent_and_refuses_to_replace(tmp_path: Path):
     from rffm.cloud.profiles import install_profiles
-    from rffm.errors import RffmError
 
     target = tmp_path / "config" / "snakemake"
-    first = install_profiles(REPO, target)
-    assert first == [f"{target / n} -> {REPO / 'profiles' / n}: linked" for n in ("gcp-batch", "slurm")]
+    first, refused = install_profiles(REPO, target)
+    assert first == [f"{target / n} -> {REPO / 'profiles' / n}: linked" for n in ("gcp-batch", "slurm")] and refused == []
     assert (target / "gcp-batch" / "config.yaml").read_bytes() == (REPO / "profiles/gcp-batch/config.yaml").read_bytes()
-    assert install_profiles(REPO, target) == [line.replace(": linked", ": already linked") for line in first]
+    assert install_profiles(REPO, target) == ([line.replace(": linked", ": already linked") for line in first], [])
 
     other = tmp_path / "other"
     (target / "gcp-batch").unlink()
     (target / "gcp-batch").mkdir()  # a site's own profile of that name
     (target / "slurm").unlink()
-    with pytest.raises(RffmError) as refused:
-        install_profiles(REPO, target)
-    assert str(refused.value).count("Fix:") == 1 and "\n" not in str(refused.value)
-    assert f"{target / 'gcp-batch'} is a directory" in str(refused.value)
-    assert not (target / "slurm").exists(), "nothing is linked when any name is refused"
+    done, [line] = install_profiles(REPO, target)
+    assert line.count("Fix:") == 1 and "\n" not in line
+    assert f"{target / 'gcp-batch'} is a directory" in line
+    assert done == [f"{target / 'slurm'} -> {REPO / 'profiles/slurm'}: linked"], "the name that is free is linked all the same"
     (target / "gcp-batch").rmdir()
     (target / "gcp-batch").symlink_to(other)
-    with pytest.raises(RffmError, match=f"is a link to {other}"):
-        install_profiles(REPO, target)
+    done, [line] = install_profiles(REPO, target)
+    assert f"is a link to {other}" in line and done == [f"{target / 'slurm'} -> {REPO / 'profiles/slurm'}: already linked"]
+    assert Path(os.readlink(target / "gcp-batch")) == other, "a link elsewhere is left as it is"
 
 
 def test_install_profiles_refuses_each_name_on_its_own_line_and_its_fix_works(tmp_path: Path):
@@ -99,6 +99,34 @@ def test_install_profiles_refuses_each_name_on_its_own_line_and_its_fix_works(tm
     installed = run(["rffm", "install_profiles"], REPO, user_env(home))
     assert installed.returncode == 0, installed.stderr
     assert installed.stdout.splitlines() == [f"{links / n} -> {REPO / 'profiles' / n}: linked" for n in ("gcp-batch", "slurm")]
+
+
+def test_install_profiles_links_the_free_name_when_the_other_is_taken_and_its_fix_links_that_too(tmp_path: Path):
+    """Issue 50: one name held by a directory of the user's linked nothing. Now the free name is linked, the taken one
+    is left with its contents, named on its own error line (exit 2); its Fix, run as printed, then lets it link."""
+    home = tmp_path / "home"
+    links = home / ".config" / "snakemake"
+    (links / "slurm").mkdir(parents=True)
+    (links / "slurm" / "config.yaml").write_text("executor: slurm  # the site's own profile\n")
+    refused = run(["rffm", "install_profiles"], REPO, user_env(home))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout.splitlines() == [f"{links / 'gcp-batch'} -> {REPO / 'profiles/gcp-batch'}: linked"]
+    assert (links / "gcp-batch").resolve() == REPO / "profiles" / "gcp-batch"
+    assert not (links / "slurm").is_symlink() and [p.name for p in (links / "slurm").iterdir()] == ["config.yaml"]
+    assert (links / "slurm" / "config.yaml").read_text() == "executor: slurm  # the site's own profile\n", "left as it was"
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"rffm install_profiles: error: {links / 'slurm'} is a directory, not this checkout's profile "), line
+    command = re.search(r" Fix: move it away \((mv \S+ \S+)\) and run `rffm install_profiles` again", line).group(1)
+    assert command == f"mv {links / 'slurm'} {links / 'slurm'}.old"
+    run_fix(command, REPO, user_env(home))  # the Fix, literally
+
+    again = run(["rffm", "install_profiles"], REPO, user_env(home))
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert again.stdout.splitlines() == [
+        f"{links / 'gcp-batch'} -> {REPO / 'profiles/gcp-batch'}: already linked",
+        f"{links / 'slurm'} -> {REPO / 'profiles/slurm'}: linked",
+    ]
+    assert (links / "slurm.old" / "config.yaml").read_text() == "executor: slurm  # the site's own profile\n"
 
 
 def test_the_literal_commands_plan_the_workflow_after_setup(tmp_path: Path, emulator: str):

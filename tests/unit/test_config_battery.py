@@ -684,7 +684,7 @@ def test_files_that_vanished_or_are_not_yaml_are_left_to_their_reader(tmp_path: 
         ("", "{path}: the configuration file is empty. Fix: write the configuration (see config/config.yaml)"),
         ("# only a comment\n", "{path}: the configuration file is empty. Fix: write the configuration (see config/config.yaml)"),
         ("- a\n- b\n", "{path}: holds a list, not a mapping of keys. Fix: write `key: value` lines (see config/config.yaml)"),
-        ("a: [1\n", "{path}: cannot read the configuration ("),
+        ("a: [1\n", "{path}:2:1: not valid YAML ("),
     ],
     ids=["empty", "comments-only", "list", "broken-yaml"],
 )

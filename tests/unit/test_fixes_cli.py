@@ -118,3 +118,16 @@ def test_a_cache_bench_on_a_config_without_backbones_is_fixed_by_passing_one_wit
     assert fix == "pass a config with a backbones: entry (e.g. config/examples/wavesfm_like.yaml)"
     example = re.search(r"e\.g\. (\S+)\)", fix).group(1)
     assert user_backbone(str(REPO / example))["source"] == "python"
+
+
+def test_a_mistyped_flag_of_a_verb_prints_that_verbs_usage(capsys):
+    """Issue 50: `rffm predict --topk` printed the top-level usage with every verb instead of predict's options."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["predict", "model.pt2", "capture.sigmf-meta", "--topk", "2"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert err.startswith("usage: rffm predict ") and "--top-k" in err and "posttrain" not in err, err
+    assert err.strip().endswith("rffm predict: error: unrecognized arguments: --topk 2")
+    with pytest.raises(SystemExit):
+        main(["bench", "plan", "--rnus", "3"])  # a verb of a verb: its own usage too
+    assert capsys.readouterr().err.startswith("usage: rffm bench plan ")

@@ -4,12 +4,13 @@ provoked, its Fix is done as written, and the configuration (or the call that re
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, tiny_text
 from fixes import run_fix
 from rffm import config
 from rffm.cli import main
@@ -193,3 +194,84 @@ def test_every_oneof_of_the_schema_has_its_words_and_its_fix_works(path: tuple, 
     assert f"{where}: {value!r} is not allowed. Fix: " in config.problems(c, files=[], runs_here=True, local_files=True)[0]
     parent[path[-1]] = example(node["oneOf"][0])
     assert passes(c)
+
+
+# ---- a config file that is not valid YAML names its file, line and column (issue 50) ----
+
+
+def indented_like_the_line_above(text: str, line: int) -> str:
+    """`text` with line `line` (1-based) indented by the spaces of the line above it, its sibling key: the Fix done."""
+    lines = text.splitlines(keepends=True)
+    above = lines[line - 2]
+    lines[line - 1] = above[: len(above) - len(above.lstrip(" "))] + lines[line - 1].lstrip(" \t")
+    return "".join(lines)
+
+
+MISALIGNED_FIX = "indent every key of one mapping by the same number of spaces (no tabs), e.g. compare with config/config.yaml"
+COLON_FIX = (
+    "indent every key of one mapping by the same number of spaces (no tabs), and quote a value that holds ': ', "
+    "e.g. compare with config/config.yaml"
+)
+TAB_FIX = "indent with spaces only: replace the tab with as many spaces as the keys beside it use (see config/config.yaml)"
+
+
+@pytest.mark.parametrize(
+    "line, written, problem, fix",
+    [
+        # a key one space short of its siblings (3 among 4): YAML stops on it, in the mapping begun two lines above
+        (
+            24,
+            "   backbone: mini\n",
+            "expected <block end>, but found '<block mapping start>', in a block mapping from line 22",
+            MISALIGNED_FIX,
+        ),
+        # a key one space deeper than the key above it, whose value it then seems to continue
+        (8, "     seed: 11\n", "mapping values are not allowed here", COLON_FIX),
+        (2, "  scratch: scratch\n", "mapping values are not allowed here", COLON_FIX),
+        (8, "\tseed: 11\n", "found character '\\t' that cannot start any token", TAB_FIX),
+    ],
+    ids=["key-a-space-short", "key-a-space-deep", "top-level-key-indented", "tab"],
+)
+def test_a_misindented_config_names_its_file_and_line_and_is_fixed_by_indenting_like_its_siblings(
+    tmp_path: Path, monkeypatch, capsys, line: int, written: str, problem: str, fix: str
+):
+    """Snakemake's own message for these blames tabs and names no file (workflow/docs/troubleshooting.md); rffm's
+    reader (config.load, `rffm status --config`, the Snakefile's config/config.yaml) says where, in one line."""
+    monkeypatch.chdir(tmp_path)  # the tiny config's relative paths (results, scratch) land here
+    lines = tiny_text().splitlines(keepends=True)
+    lines[line - 1] = written
+    path = tmp_path / "bad.yaml"
+    path.write_text("".join(lines))
+    with pytest.raises(ConfigError) as caught:
+        config.load([path])
+    message = str(caught.value)
+    assert "\n" not in message and message.count(" Fix: ") == 1, message
+    assert message.startswith(f"{path}:{line}:") and f": not valid YAML ({problem}). Fix: {fix}" in message, message
+
+    assert main(["status", "--config", str(path)]) == 2  # the command troubleshooting.md gives to pinpoint it
+    assert capsys.readouterr().err == f"rffm status: error: {message}\n"
+
+    path.write_text(indented_like_the_line_above(path.read_text(), line))  # the Fix, done on the line named
+    assert path.read_text() == tiny_text()
+    assert config.load([path])["runs"]["base"]["backbone"] == "mini"
+    assert main(["status", "--config", str(path)]) == 0
+
+
+def test_an_unclosed_bracket_names_where_yaml_stopped_and_is_fixed_by_closing_it(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(tiny_text().replace("cache: {batch_size: 64}\n", "cache: {batch_size: 64\n"))
+    with pytest.raises(ConfigError) as caught:
+        config.load([path])
+    message = str(caught.value)
+    assert message.startswith(f"{path}:5:") and "in a flow mapping from line 4). " in message, message
+    assert message.endswith("Fix: correct the YAML there (close every quote and bracket it opens), e.g. compare with config/config.yaml")
+    path.write_text(path.read_text().replace("cache: {batch_size: 64\n", "cache: {batch_size: 64}\n"))  # the bracket closed
+    assert config.load([path])["cache"]["batch_size"] == 64
+
+
+def test_a_tab_indented_json_config_is_read_as_json_as_snakemake_reads_it(tmp_path: Path, monkeypatch):
+    """YAML refuses the tabs valid JSON may indent with; Snakemake reads a config as JSON first, so rffm reads it too."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(tiny_config(), indent="\t"))
+    assert config.load([path])["runs"]["base"]["backbone"] == "mini"

@@ -156,14 +156,15 @@ def test_a_changed_launch_profile_is_fixed_by_each_way_its_line_names(tmp_path: 
 
 def test_profiles_of_a_folder_that_is_no_checkout_are_fixed_by_running_install_profiles_from_a_checkout(tmp_path: Path):
     profiles = tmp_path / "xdg" / "snakemake"  # Snakemake's user profile directory under XDG_CONFIG_HOME
-    with pytest.raises(RffmError) as caught:
-        install_profiles(tmp_path / "not-a-checkout", profiles, names=("gcp-batch",))
-    command = re.fullmatch(r"run `([^`]+)` from an rffm checkout \(it links its profiles/\)\.", fix_of(caught)).group(1)
+    linked, [refused] = install_profiles(tmp_path / "not-a-checkout", profiles, names=("gcp-batch",))
+    assert linked == [] and not (profiles / "gcp-batch").exists()
+    command = re.fullmatch(r"run `([^`]+)` from an rffm checkout \(it links its profiles/\)\.", fix_of(refused)).group(1)
     run_fix(command, REPO, {"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
     assert (profiles / "gcp-batch").resolve() == REPO / "profiles" / "gcp-batch"
-    assert install_profiles(REPO, profiles, names=("gcp-batch",)) == [
-        f"{profiles / 'gcp-batch'} -> {REPO / 'profiles/gcp-batch'}: already linked"
-    ]
+    assert install_profiles(REPO, profiles, names=("gcp-batch",)) == (
+        [f"{profiles / 'gcp-batch'} -> {REPO / 'profiles/gcp-batch'}: already linked"],
+        [],
+    )
 
 
 def test_a_snakefile_that_is_not_there_is_fixed_by_setting_rffm_snakefile_to_the_checkouts(

@@ -134,6 +134,27 @@ def test_a_data_file_without_its_metadata_is_fixed_by_passing_the_meta_of_a_pair
     assert classified(capsys, tmp_path / "p.json", root / "runs/base/export", meta)["windows"] == 5
 
 
+def test_a_mistyped_meta_path_is_named_as_missing_and_fixed_by_passing_the_recording(root: Path, tmp_path: Path, capsys):
+    """Issue 50: a .sigmf-meta that does not exist was called "not a readable SigMF recording"."""
+    meta = rfdata.sigmf_recording(tmp_path / "capture", CLASSES, snrs=(10,), windows=2, window=LENGTH)
+    typo = tmp_path / "captrue.sigmf-meta"
+    assert refused(capsys, root / "runs/base/export", typo) == "pass a SigMF recording, an HDF5 split or a RadioML file."
+    assert main(["predict", str(root / "runs/base/export"), str(typo)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"rffm predict: error: {typo}: no such input file. Fix: pass a SigMF recording, an HDF5 split or a RadioML file."
+    )
+    assert classified(capsys, tmp_path / "p.json", root / "runs/base/export", meta)["windows"] == 5
+
+
+def test_a_meta_without_its_data_file_is_fixed_by_putting_the_data_beside_it(root: Path, tmp_path: Path, capsys):
+    meta = rfdata.sigmf_recording(tmp_path / "capture", CLASSES, snrs=(10,), windows=2, window=LENGTH)
+    data = meta.with_suffix(".sigmf-data")
+    kept = data.rename(tmp_path / "elsewhere.sigmf-data")
+    assert refused(capsys, root / "runs/base/export", meta) == "put the .sigmf-data file beside its .sigmf-meta."
+    kept.rename(data)
+    assert classified(capsys, tmp_path / "p.json", root / "runs/base/export", meta)["windows"] == 5
+
+
 def test_a_recording_shorter_than_a_window_is_fixed_by_a_longer_recording(root: Path, tmp_path: Path, capsys):
     short = rfdata.write_sigmf(tmp_path / "short", np.ones(LENGTH - 1, np.complex64), [])
     assert refused(capsys, root / "runs/base/export", short) == "pass a longer recording."

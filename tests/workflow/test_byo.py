@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from byo import backbones, user_models
-from conftest import BIN, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
+from conftest import BIN, accuracy_of_examples, copy_workdir, planned_jobs, snakemake, tiny_config, write_config
 from fixes import fix_of
 from rffm.data import cache_plan
 from rffm.errors import IntegrityError
@@ -74,7 +74,8 @@ def test_each_example_backbone_runs_to_a_qualified_run_and_verifies(byo_finished
     results = byo_finished / "results"
     for run in RUNS:
         manifest = json.loads((results / f"runs/{run}/qualification/run_manifest.json").read_text())
-        assert manifest["backbone"]["name"] == run and 0 <= manifest["qualification"]["accuracy"] <= 1
+        assert manifest["backbone"]["name"] == run
+        assert manifest["qualification"]["accuracy"] == accuracy_of_examples(results / f"runs/{run}/qualification")
     waves = json.loads((results / "runs/waves/qualification/run_manifest.json").read_text())["backbone"]
     assert waves["source"] == "python" and waves["entry_point"] == "wavesfm_like:build" and waves["parameters"] > 10_000
     assert waves["package"]["name"] == "wavesfm_like" and len(waves["package"]["source_sha256"]) == 64

@@ -29,11 +29,14 @@ def test_the_gpu_check_runs_on_the_current_tree_in_its_cpu_mode(tmp_path: Path):
     assert {"P1", "P2", "P3", "P5", "rss_1x_mb", "rss_4x_mb"} <= set(figures)
     assert all(figures[key] > 0 for key in ("P1", "P2", "P3", "rss_1x_mb", "rss_4x_mb"))
     assert figures["detail"]["oom_probes_unseeded"] > 0
-    left = [path.name for path in tmp_path.iterdir() if not path.name.startswith("torchinductor_")]  # torch's own cache
+    # what torch (its compile cache) and ONNX Runtime (its session id and debug log, libonnxruntime's) keep in TMPDIR
+    theirs = ("torchinductor_", "mat-debug-", ".ses")
+    left = [path.name for path in tmp_path.iterdir() if not path.name.startswith(theirs)]
     assert left == []  # the bench's data and the script's tiny run are cleaned up
     assert "0 problem(s)" in done.stdout  # rffm verify on the tiny run it made
     assert "results/runs/base/qualification/provenance.json: device cpu" in done.stdout
     assert "results/caches/tiny__mini/provenance.json: device cpu" in done.stdout
+    assert "pt2 max |logit difference| 0.0" in done.stdout  # issue 48: the CPU mode runs the export and its check too
 
 
 def test_the_gpu_check_refuses_an_unknown_device_in_one_line():

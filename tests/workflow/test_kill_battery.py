@@ -117,7 +117,7 @@ def test_after_a_kill_the_plan_names_rffm_unlock_and_plain_snakemake_resumes(fre
     assert locked.returncode != 0
     line = f"rffm: {fresh_workdir} is locked by a run that was killed"
     ours, theirs = locked.stderr.find(line), locked.stderr.find("Directory cannot be locked")
-    assert 0 <= ours < theirs, locked.stderr[-3000:]
+    assert ours != -1 and ours < theirs, locked.stderr[-3000:]
     assert f"Fix: `rffm unlock {fresh_workdir}`, then run snakemake again\n" in locked.stderr
 
     unlocked = subprocess.run([str(BIN / "rffm"), "unlock", str(fresh_workdir)], capture_output=True, text=True)

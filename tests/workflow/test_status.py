@@ -73,8 +73,9 @@ def test_status_json_is_the_rows_the_table_shows(three_runs: Path, capsys):
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert main([*args, "--json"]) == 0
-    *table_lines, last = capsys.readouterr().out.splitlines()
-    assert "\n".join(table_lines) + "\n" == printed
+    out, err = capsys.readouterr()
+    [last] = out.splitlines()  # issue 50: stdout holds the JSON only (`rffm status --json | jq` reads it); the table on stderr
+    assert err == printed
     rows = {row["run"]: row for row in json.loads(last)["rows"]}
     states = {run: row["state"] for run, row in rows.items()}
     assert states == {"base": "qualified", "picked": "selected", "midway": "training", "queued": "pending"}

@@ -70,12 +70,16 @@ def parser() -> argparse.ArgumentParser:
     sub = verb(compare, text)
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
-    sub.add_argument("--json", action="store_true", help="print the table, then its rows as one JSON object (the last line)")
+    sub.add_argument(
+        "--json", action="store_true", help="print the rows as one JSON object on stdout, nothing else (the table goes to stderr)"
+    )
     sub = verb(status, "Show every run's progress and results (reads sentinels only).")
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
-    sub.add_argument("--json", action="store_true", help="print the table, then its rows as one JSON object (the last line)")
+    sub.add_argument(
+        "--json", action="store_true", help="print the rows as one JSON object on stdout, nothing else (the table goes to stderr)"
+    )
     sub = verb(verify, "Re-check a results tree: sentinels, links, provenance, ledger, artifacts (stale folders listed, not failed).")
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
@@ -228,6 +232,17 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def chosen_parser(top: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub-)parser the parsed arguments went to (`rffm bench plan`: the `plan` parser)."""
+    current = top
+    while True:
+        verbs = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)  # argparse keeps no public handle
+        name = getattr(args, verbs.dest, None) if verbs else None
+        if name not in (verbs.choices if verbs else {}):
+            return current
+        current = verbs.choices[name]
+
+
 def console() -> None:
     """The `rffm` console script (and `python -m rffm`): main(), then a normal exit."""
     code = main()
@@ -239,7 +254,10 @@ def console() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The `rffm` command line: run one verb, return its exit code (tests call it in-process)."""
-    args = parser().parse_args(argv)
+    top = parser()
+    args, unknown = top.parse_known_args(argv)
+    if unknown:  # a mistyped flag: the usage of the verb it was given to, not the top-level list of every verb
+        chosen_parser(top, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         result = args.func(args)
     except RffmError as exc:

@@ -22,7 +22,7 @@ def _judged(args: argparse.Namespace) -> tuple[dict | None, object]:
         given = for_results(args.results_dir) or None
         judgment = judge(args.results_dir, given, True)
     for note in judgment.notes:
-        print(f"note: {note}")
+        print(f"note: {note}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     return given, judgment
 
 
@@ -32,13 +32,9 @@ def compare(args: argparse.Namespace) -> int:
     _, judgment = _judged(args)
     rows = collect(args.results_dir, judgment.config, unknown=judgment.unknown)
     if not rows:
-        print(f"no qualified runs or references under {args.results_dir}/{RUNS}")
+        print(f"no qualified runs or references under {args.results_dir}/{RUNS}", file=sys.stderr if args.json else sys.stdout)
         return 1
-    print(render(rows))
-    if args.json:
-        from rffm.report.measurement import rows_json
-
-        print(rows_json(rows))
+    _print_rows(rows, render(rows), args.json)
     return 0
 
 
@@ -48,14 +44,21 @@ def status(args: argparse.Namespace) -> int:
     _, judgment = _judged(args)
     rows = collect(args.results_dir, judgment, full=args.full)
     if not rows:
-        print(f"no runs under {args.results_dir}/{RUNS}")
+        print(f"no runs under {args.results_dir}/{RUNS}", file=sys.stderr if args.json else sys.stdout)
         return 1
-    print(render(rows, full=args.full))
-    if args.json:
-        from rffm.report.measurement import rows_json
-
-        print(rows_json(rows))
+    _print_rows(rows, render(rows, full=args.full), args.json)
     return 0
+
+
+def _print_rows(rows: list[dict], table: str, as_json: bool) -> None:
+    """The table on stdout; with --json the rows as one JSON line on stdout and the table on stderr (`| jq` reads it)."""
+    if not as_json:
+        print(table)
+        return
+    from rffm.report.measurement import rows_json
+
+    print(table, file=sys.stderr, flush=True)
+    print(rows_json(rows))
 
 
 def verify(args: argparse.Namespace) -> int:
@@ -166,18 +169,16 @@ def mlflow(args: argparse.Namespace) -> int:
 
 
 def install_profiles(args: argparse.Namespace) -> int:
+    """Link every profile that can be linked; exit 2 naming each one left alone (with its Fix), 0 when all are."""
     from rffm.cloud.profiles import CHECKOUT
     from rffm.cloud.profiles import install_profiles as install
 
-    try:
-        lines = install(args.checkout or CHECKOUT)
-    except RffmError as refused:  # one line per refused name, each as the CLI prints an error
-        for line in str(refused).splitlines():
-            print(f"rffm {args.command}: error: {line}", file=sys.stderr)
-        return 2
-    for line in lines:
+    linked, refused = install(args.checkout or CHECKOUT)
+    for line in linked:
         print(line)
-    return 0
+    for line in refused:  # one line per name left alone, each as the CLI prints an error; the others are linked
+        print(f"rffm {args.command}: error: {line}", file=sys.stderr)
+    return 2 if refused else 0
 
 
 def release_immutable(args: argparse.Namespace) -> int:

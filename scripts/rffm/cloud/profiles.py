@@ -4,15 +4,14 @@ Snakemake looks a bare profile name up in the current directory, then in the use
 directory (`$XDG_CONFIG_HOME/snakemake`, default `~/.config/snakemake`), then in the site config
 directory. This links `<user config dir>/snakemake/<name>` to this checkout's `profiles/<name>`, so
 the profile a user edits in the checkout is the one Snakemake reads (and the one a run records).
-Idempotent: a link that already points here is kept; anything else under that name is never replaced.
+Idempotent: a link that already points here is kept; anything else under that name is never replaced, only
+reported with its Fix, and the other names are linked all the same.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from rffm.errors import RffmError
 
 PROFILES = ("gcp-batch", "slurm")
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -50,20 +49,22 @@ def conflict(link: Path, source: Path) -> str | None:
     )
 
 
-def install_profiles(checkout: str | Path = CHECKOUT, target_dir: str | Path | None = None, names: tuple[str, ...] = PROFILES) -> list[str]:
-    """Link each profile into Snakemake's user profile directory (every name checked before any is linked); one line per
-    name. Refused names: one RffmError, one line of its message per name."""
+def install_profiles(
+    checkout: str | Path = CHECKOUT, target_dir: str | Path | None = None, names: tuple[str, ...] = PROFILES
+) -> tuple[list[str], list[str]]:
+    """Link each profile it can into Snakemake's user profile directory: (one line per name linked or already linked,
+    one line per name left alone because something else holds it, each with its Fix)."""
     target = Path(target_dir) if target_dir else user_profile_dir()
-    pairs = [(target / name, (Path(checkout) / "profiles" / name).resolve()) for name in names]
-    problems = [problem for link, source in pairs if (problem := conflict(link, source))]
-    if problems:
-        raise RffmError("\n".join(problems))
-    done = []
-    for link, source in pairs:
-        if linked(link, source):
+    done, refused = [], []
+    for name in names:
+        link, source = target / name, (Path(checkout) / "profiles" / name).resolve()
+        # Each name on its own: a site's own `slurm` profile is no reason to leave `gcp-batch` unlinked.
+        if problem := conflict(link, source):
+            refused.append(problem)
+        elif linked(link, source):
             done.append(f"{link} -> {source}: already linked")
-            continue
-        target.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(source, target_is_directory=True)
-        done.append(f"{link} -> {source}: linked")
-    return done
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(source, target_is_directory=True)
+            done.append(f"{link} -> {source}: linked")
+    return done, refused

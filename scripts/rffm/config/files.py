@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,10 +85,58 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read(path: str | Path) -> dict[str, Any]:
-    """One config file as a mapping; an unreadable, empty or non-mapping file is a ConfigError."""
+# What YAML's parser says when a line's indentation does not fit the block it is in (a key indented by 3 spaces among
+# 2-space siblings, one a space short, a list item out of line): the Fix for these is the indentation, not the file.
+MISALIGNED = ("expected <block end>", "did not find expected key", "could not find expected ':'")
+SYNTAX_FIXES = {
+    "tab": "indent with spaces only: replace the tab with as many spaces as the keys beside it use (see config/config.yaml)",
+    "misaligned": "indent every key of one mapping by the same number of spaces (no tabs), e.g. compare with config/config.yaml",
+    # a key indented deeper than the line above it, or a value holding `: ` (`name: a: b`)
+    "colon": (
+        "indent every key of one mapping by the same number of spaces (no tabs), and quote a value that holds ': ', "
+        "e.g. compare with config/config.yaml"
+    ),
+    "other": "correct the YAML there (close every quote and bracket it opens), e.g. compare with config/config.yaml",
+}
+
+
+def not_yaml(path: str | Path, error: yaml.MarkedYAMLError) -> str:
+    """A YAML syntax error as one line: `<path>:<line>:<column>: not valid YAML (what YAML found). Fix: how`."""
+    mark = error.problem_mark or error.context_mark
+    problem = error.problem or error.context or "unreadable"
+    # Where the block the misfit breaks began (YAML's context), when on another line: the line to compare it with.
+    if error.problem and error.context and error.context_mark and error.context_mark.line != mark.line:
+        block = error.context.replace("while parsing ", "in ").replace("while scanning ", "in ")
+        problem += f", {block} from line {error.context_mark.line + 1}"
+    if "'\\t'" in problem:  # YAML names the character it cannot start a token with as its repr
+        kind = "tab"
+    elif problem.startswith("mapping values are not allowed here"):
+        kind = "colon"
+    else:
+        kind = "misaligned" if problem.startswith(MISALIGNED) else "other"
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML ({problem}). Fix: {SYNTAX_FIXES[kind]}"
+
+
+def _json(text: str) -> Any:
+    """The JSON document `text` holds, or None when it is no JSON."""
     try:
-        loaded = yaml.safe_load(Path(path).read_text())
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """One config file as a mapping; an unreadable, empty, non-mapping or non-YAML file is a ConfigError."""
+    try:
+        text = Path(path).read_text()
+        loaded = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        if (as_json := _json(text)) is not None:  # JSON that YAML cannot read (tab-indented): Snakemake reads it as JSON
+            loaded = as_json
+        elif not (exc.problem_mark or exc.context_mark):
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())}). Fix: {SYNTAX_FIXES['other']}") from None
+        else:  # the file, line and column of the misfit, as an editor reads them (Snakemake's own message names none)
+            raise ConfigError(not_yaml(path, exc)) from None
     except (OSError, yaml.YAMLError) as exc:
         detail = " ".join(str(exc).split())
         raise ConfigError(f"{path}: cannot read the configuration ({detail}). Fix: pass an existing YAML file.") from None

@@ -117,6 +117,13 @@ def sigmf_windows(path: Path, length: int, classes: list[str], stride: int) -> W
     import sigmf
 
     meta = path.with_suffix(".sigmf-meta")
+    if not path.exists() and path == meta:  # as for any other input: the file named is not there
+        raise DataError(f"{path}: no such input file. Fix: pass a SigMF recording, an HDF5 split or a RadioML file.")
+    if not meta.is_file():
+        raise DataError(f"{meta}: no such file, the metadata of {path.name}. Fix: pass the .sigmf-meta of a pair.")
+    if not meta.with_suffix(".sigmf-data").is_file():
+        data = meta.with_suffix(".sigmf-data")
+        raise DataError(f"{data}: the data file of {meta.name} is missing. Fix: put the .sigmf-data file beside its .sigmf-meta.")
     try:
         recording = sigmf.sigmffile.fromfile(str(meta))
     except Exception as error:

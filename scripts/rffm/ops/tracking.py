@@ -20,7 +20,20 @@ from typing import Any
 
 from rffm.errors import RffmError
 from rffm.records.files import sha256_file
-from rffm.records.layout import EXPORT, EXPORT_ONNX, EXPORT_PROGRAM, MANIFEST_NAME, MODEL_CARD, QUALIFICATION, REPORT, RUNS, SENTINEL_NAME
+from rffm.records.layout import (
+    EXPORT,
+    EXPORT_ONNX,
+    EXPORT_PROGRAM,
+    HISTORY_NAME,
+    MANIFEST_NAME,
+    MODEL_CARD,
+    QUALIFICATION,
+    REPORT,
+    RUNS,
+    SELECTION,
+    SENTINEL_NAME,
+)
+from rffm.records.manifest import END_TO_END
 
 EXPERIMENT = "rffm"
 IDENTITY_TAG = "rffm.identity"
@@ -51,24 +64,37 @@ def flat(prefix: str, value: Any) -> dict[str, str]:
 
 
 def params_of(manifest: dict[str, Any]) -> dict[str, str]:
-    """The params an MLflow run gets: training, dataset, backbone and selection rule."""
+    """The params an MLflow run gets: training, dataset, backbone (a reference: its CNN) and selection rule."""
     selection = manifest["selection"]
+    model = (
+        {"backbone.fingerprint": manifest["backbone"]["fingerprint"]} if "backbone" in manifest else flat("model", manifest.get("model"))
+    )
     return {
+        "kind": str(manifest.get("kind", "frozen_backbone")),
         **flat("train", manifest["training"]["params"]),
         "dataset.source": str(manifest["dataset"]["source"]),
         "dataset.classes": json.dumps(manifest["dataset"]["classes"]),
-        "backbone.fingerprint": manifest["backbone"]["fingerprint"],
+        **model,
         "selection.metric": selection["metric"],
         "selection.epoch": str(selection["epoch"]),
+        **({"selection.member": str(selection["member"])} if selection.get("member") else {}),
         "artifact.sha256": selection["artifact_sha256"],
     }
 
 
-def metrics_of(manifest: dict[str, Any]) -> tuple[list[tuple[str, float, int]], dict[str, float]]:
+def epoch_history(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every epoch's metrics: a frozen run's manifest lists them; a reference's are its selection's history.json."""
+    if manifest.get("kind") != END_TO_END:
+        return manifest["training"]["epochs"]
+    history = run_dir / SELECTION / HISTORY_NAME
+    return json.loads(history.read_text())["epochs"] if history.is_file() else []
+
+
+def metrics_of(manifest: dict[str, Any], history: list[dict[str, Any]]) -> tuple[list[tuple[str, float, int]], dict[str, float]]:
     """(per-epoch (name, value, epoch) metrics, single metrics: selection value, test result, exposure count)."""
     epochs = [
         (name, float(epoch[name]), int(epoch["epoch"]))
-        for epoch in manifest["training"]["epochs"]
+        for epoch in history
         for name in ("train_loss", "val_loss", "val_accuracy", "val_macro_f1")
         if isinstance(epoch.get(name), (int, float))
     ]
@@ -112,7 +138,7 @@ def log_run(mlflow, uri: str, experiment_id: str, run_dir: Path, key: str) -> st
     """One rffm run as one MLflow run; its id."""
     manifest = json.loads((run_dir / QUALIFICATION / MANIFEST_NAME).read_text())
     mlflow.set_tracking_uri(uri)
-    epochs, single = metrics_of(manifest)
+    epochs, single = metrics_of(manifest, epoch_history(run_dir, manifest))
     tags = {IDENTITY_TAG: key, "rffm.run": run_dir.name, "rffm.procedure": str(manifest.get("procedure"))}
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_dir.name, tags=tags) as active:
         mlflow.log_params(params_of(manifest))

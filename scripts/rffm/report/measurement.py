@@ -5,6 +5,7 @@ from: rffm.report.figures), holding
   output    the JSON object the command printed last (`rffm bench cache|sweep|staging`, `rffm compare|status --json`), or
             null for a command that prints none (`make run`: its figure is the wall time);
   printed   the other lines it printed on stdout (the last 200), as the reader saw them;
+  log       the lines it printed on stderr (the last 200): a Snakemake run's log, the table of a `--json` command;
   wall_s    the command's wall-clock time, measured here; cpu_s, the CPU seconds of it and every process it waited
             for; exit_code (always 0: a failed command writes no record);
   command   the command as typed (shell-quoted), and the folder it ran in relative to the checkout when inside it;
@@ -24,9 +25,10 @@ import resource
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rffm.errors import RffmError
 from rffm.records.manifest import source_revision
@@ -90,22 +92,31 @@ def last_json(lines: list[str]) -> tuple[Any, list[str]]:
     return None, lines
 
 
-def run_and_capture(command: list[str], cwd: Path) -> tuple[int, list[str], float, float]:
-    """Run `command` in `cwd`, echoing its stdout line by line (stderr passes through): (exit code, lines, wall seconds,
-    CPU seconds of the command and the processes it waited for)."""
+def run_and_capture(command: list[str], cwd: Path) -> tuple[int, list[str], list[str], float, float]:
+    """Run `command` in `cwd`, echoing its stdout and stderr line by line: (exit code, stdout lines, stderr lines, wall
+    seconds, CPU seconds of the command and the processes it waited for)."""
     start, cpu = time.monotonic(), _children_cpu()
     try:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, text=True, bufsize=1)
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     except OSError as exc:
         raise RffmError(f"{shlex.join(command)}: cannot start it ({exc}). Fix: check the command after `--`") from exc
-    lines = []
-    assert process.stdout is not None
-    for line in process.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        lines.append(line.rstrip("\n"))
+    lines: list[str] = []
+    log: list[str] = []
+    assert process.stdout is not None and process.stderr is not None
+    errors = threading.Thread(target=_echo, args=(process.stderr, sys.stderr, log), daemon=True)  # both pipes drained at once
+    errors.start()
+    _echo(process.stdout, sys.stdout, lines)
+    errors.join()
     code = process.wait()
-    return code, lines, time.monotonic() - start, _children_cpu() - cpu
+    return code, lines, log, time.monotonic() - start, _children_cpu() - cpu
+
+
+def _echo(source: IO[str], target: IO[str], lines: list[str]) -> None:
+    """Copy `source` to `target` line by line, keeping each line (without its newline)."""
+    for line in source:
+        target.write(line)
+        target.flush()
+        lines.append(line.rstrip("\n"))
 
 
 def _children_cpu() -> float:
@@ -125,7 +136,7 @@ def record(name: str, command: list[str], out_dir: Path, cwd: Path | None = None
     folder = (cwd or Path.cwd()).resolve()
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    code, lines, wall, cpu = run_and_capture(command, folder)
+    code, lines, log, wall, cpu = run_and_capture(command, folder)
     if code != 0:
         raise RffmError(f"`{shlex.join(command)}`: exited {code}; no record written. Fix: make the command succeed, then record it again")
     output, printed = last_json(lines)
@@ -147,6 +158,7 @@ def record(name: str, command: list[str], out_dir: Path, cwd: Path | None = None
         "note": note,
         "output": output,
         "printed": printed[-PRINTED_LINES:],
+        "log": log[-PRINTED_LINES:],
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
