@@ -100,3 +100,57 @@ def test_every_long_step_of_the_workflow_logs_plain_progress(finished_workdir):
         assert "\r" not in text, log
         final = [line for line in text.splitlines() if line.startswith(f"[{name}] ") and "(100%)" in line]
         assert len(final) == 1 and re.search(r"/s elapsed [\d.]+s eta 0s", final[0]), (log, text)
+
+
+def test_a_progress_keeps_a_heartbeat_with_rate_and_time_left_and_removes_it_on_close(tmp_path, monkeypatch):
+    """Issue 50: `rffm status` reads it (results/running/, outside every step folder); written at most every few seconds."""
+    import json
+
+    from rffm.runtime.progress import HEARTBEAT_INTERVAL_S, heartbeat_for
+
+    clock = [100.0]
+    monkeypatch.setattr("rffm.runtime.progress.time.monotonic", lambda: clock[0])
+    beat = heartbeat_for(tmp_path / "results/backbones/mini")
+    assert (beat.path, beat.folder) == (tmp_path / "results/running/backbones+mini.json", "backbones/mini")
+    progress = Progress("pretrain_backbone", total=2000, unit="batch", stream=io.StringIO(), heartbeat=beat)
+    first = json.loads(beat.path.read_text())  # written at once: the step is named before its first interval
+    assert {k: first[k] for k in ("name", "folder", "done", "total", "unit", "rate", "eta_s")} == {
+        "name": "pretrain_backbone",
+        "folder": "backbones/mini",
+        "done": 0,
+        "total": 2000,
+        "unit": "batch",
+        "rate": None,
+        "eta_s": None,
+    }
+    assert isinstance(first["updated_unix"], float) and first["pid"] > 0 and first["host"]
+    clock[0] += HEARTBEAT_INTERVAL_S / 2
+    progress.update(1)
+    assert json.loads(beat.path.read_text())["done"] == 0  # rate-limited: not written again yet
+    clock[0] = 120.0
+    progress.update(17)  # 18 batches in 20 s
+    now = json.loads(beat.path.read_text())
+    assert (now["done"], now["rate"], now["elapsed_s"]) == (18, 0.9, 20.0)
+    assert now["eta_s"] == pytest.approx((2000 - 18) / 0.9, abs=0.1)
+    clock[0] = 140.0
+    progress.update(18)
+    assert json.loads(beat.path.read_text())["done"] == 36  # updated
+    progress.close()
+    assert not beat.path.exists() and list(beat.path.parent.iterdir()) == []  # no partial write left either
+
+
+def test_the_step_runner_s_heartbeat_is_every_progress_default_and_gone_when_the_step_fails(tmp_path):
+    import json
+
+    from rffm.runtime.progress import heartbeat_for, running_step
+
+    out_dir = tmp_path / "results/runs/base/epochs/2"
+    with pytest.raises(RuntimeError), running_step(out_dir) as beat:
+        progress = Progress("train_epoch base/2", total=10, unit="batch", stream=io.StringIO())
+        progress.update(3)
+        assert progress.heartbeat == beat and json.loads(beat.path.read_text())["folder"] == "runs/base/epochs/2"
+        assert not beat.path.is_relative_to(out_dir)  # never in the step's folder: its sentinel does not vouch for it
+        raise RuntimeError("the step fails before it closes its progress")
+    assert not beat.path.exists()
+    assert Progress("predict", total=1, stream=io.StringIO()).heartbeat is None  # outside a step: no heartbeat
+    assert heartbeat_for(tmp_path / "elsewhere") is None  # outside a results tree: none

@@ -119,3 +119,71 @@ def test_more_planned_epochs_turn_a_finished_run_back_to_training():
     assert state_of(3, 6, selected=True, qualified=True) == "training"
     assert state_of(3, 3, selected=False, qualified=False) == "trained"
     assert state_of(0, None, selected=False, qualified=False) == "pending"
+
+
+def write_beat(results: Path, folder: str, updated_unix: float, **fields) -> Path:
+    """A heartbeat as rffm.runtime.progress writes it (results/running/<folder, '/' as '+'>.json), its fields given."""
+    import json
+
+    beat = {"folder": folder, "unit": "batch", "updated_unix": updated_unix, "host": "another-host", "pid": 1, **fields}
+    path = results / "running" / f"{folder.replace('/', '+')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(beat))
+    return path
+
+
+def test_status_names_each_running_step_with_its_rate_and_time_left(three_runs: Path, capsys):
+    """Issue 50: under Snakemake a step's progress goes to its log; `rffm status` shows it from the step's heartbeat."""
+    import re
+    import time
+
+    from rffm.ops import status
+
+    results, now = three_runs / "results", time.time()
+    write_beat(results, "backbones/mini", now - 12, name="pretrain_backbone", done=1020, total=2000, rate=0.9, eta_s=1088.9)
+    write_beat(results, "runs/midway/epochs/2", now - 5, name="train_epoch midway/2", done=3, total=40, rate=1.5, eta_s=24.7)
+    assert main(["status", str(results), "--config", str(three_runs / "config.yaml")]) == 0
+    rows, rest = table(capsys)
+    assert rows["midway"]["state"] == "training"
+    assert re.fullmatch(
+        r"running: pretrain_backbone \(backbones/mini\) 1,020/2,000 batch \(51%\), 0\.9 batch/s, about 18 min left \(updated \d+ s ago\)",
+        rest[0],
+    ), rest
+    epoch = r"running: train_epoch midway/2 \(runs/midway/epochs/2\) 3/40 batch \(8%\), 1\.5 batch/s, about 25 s left"
+    assert re.fullmatch(epoch + r" \(updated \d+ s ago\)", rest[1]), rest
+    assert rest[2:] == [f"run manifest: {three_runs}/results/runs/base/qualification/run_manifest.json"]
+    # each run's row (--json) holds the heartbeats of the steps it waits on: its own, and the backbone every run reads
+    rows = {row["run"]: row for row in status.collect(results, yaml.safe_load((three_runs / "config.yaml").read_text()), now=now)}
+    assert [beat["folder"] for beat in rows["midway"]["running"]] == ["backbones/mini", "runs/midway/epochs/2"]
+    assert [beat["folder"] for beat in rows["queued"]["running"]] == ["backbones/mini"]
+    assert [(beat["age_s"], beat["state"]) for beat in rows["midway"]["running"]] == [(12.0, "running"), (5.0, "running")]
+
+
+def test_a_stale_or_dead_heartbeat_is_not_shown_as_running(tmp_path: Path):
+    import socket
+    import subprocess
+    import sys
+
+    from rffm.ops import status
+
+    results, now = tmp_path / "results", 1_700_000_000.0
+    write_beat(results, "backbones/mini", now - 25 * 60, name="pretrain_backbone", done=1020, total=2000, rate=0.9, eta_s=1088.9)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    pid = int(ended.stdout)  # a process of this host that has ended: its step was killed before it removed its heartbeat
+    left = write_beat(results, "datasets/tiny", now - 30, name="stage_dataset tiny", done=5, total=10, host=socket.gethostname(), pid=pid)
+    (results / "running/half.json").write_text('{"done": 3')  # not a heartbeat: left out, never an error
+    (results / "running/runs+base+epochs+1.json.partial").write_text("{}")  # a write in progress: not read
+    beats = {beat["folder"]: beat for beat in status.running_steps(results, now=now)}
+    assert {folder: beat["state"] for folder, beat in beats.items()} == {"backbones/mini": "stalled", "datasets/tiny": "gone"}
+    assert status.running_line(beats["backbones/mini"]) == (
+        "stalled?: pretrain_backbone (backbones/mini) at 1,020/2,000 batch (51%), no progress reported for 25 min"
+        " (hung, or its job was killed: see its log)"
+    )
+    assert status.running_line(beats["datasets/tiny"]) == (
+        f"not running: stage_dataset tiny (datasets/tiny) stopped at 5/10 batch (50%) 30 s ago: its process {pid} on this host"
+        f" is gone (killed?); its heartbeat {left} is left over (remove it)"
+    )
+    fresh = {**beats["backbones/mini"], "age_s": 12.0, "state": "running"}
+    assert status.running_line(fresh) == (
+        "running: pretrain_backbone (backbones/mini) 1,020/2,000 batch (51%), 0.9 batch/s, about 18 min left (updated 12 s ago)"
+    )

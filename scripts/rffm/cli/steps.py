@@ -117,6 +117,10 @@ def run_step(args: argparse.Namespace) -> None:
     if "device" not in parameters:  # a torch step that always runs on the CPU
         options.pop("device", None)
     with contextlib.ExitStack() as held:
+        if "out_dir" in options:  # the step's progress keeps a heartbeat for `rffm status` (results/running/)
+            from rffm.runtime.progress import running_step
+
+            held.enter_context(running_step(options["out_dir"]))
         if "device" in options and "scratch" in options:  # a member of a group job (build_cache, train_epoch)
             options.update(held.enter_context(node_devices(options["device"], options["scratch"], "devices" in parameters)))
         sentinel = call(**options)

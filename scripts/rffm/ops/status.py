@@ -14,6 +14,10 @@ checks everything, exactly as `rffm verify` does.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +29,12 @@ from rffm.records.layout import (
     MANIFEST_NAME,
     PROVENANCE_NAME,
     QUALIFICATION,
+    RUNNING,
     RUNS,
     SELECTION,
     SENTINEL_NAME,
+    backbone_folder,
+    cache_folder,
     dataset_folder,
     run_folder,
     split_file,
@@ -39,6 +46,7 @@ from rffm.records.store import PosixStore
 from rffm.training.selection import best as best_epoch
 
 QUICK_HASH_BYTES = 1 << 20
+STALE_S = 600  # a heartbeat this old: its step has reported no progress for 10 min (hung, or killed before it could remove it)
 
 
 def _sentinel(path: Path) -> dict[str, Any] | None:
@@ -133,16 +141,27 @@ def recorded_epochs(run_dir: Path) -> int | None:
     return len(epochs) or None
 
 
+def _restored_record(run_dir: Path, epoch: int) -> dict[str, Any]:
+    folder = run_dir / EPOCHS / str(epoch)
+    try:
+        return provenance.read(folder / PROVENANCE_NAME, folder / SENTINEL_NAME)
+    except IntegrityError:
+        return {}  # a damaged record shows as a problem of the run
+
+
 def restored(run_dir: Path, epochs: list[int]) -> list[int]:
     """Of these epochs, those restored from the memo rather than trained by this run (their provenance says so)."""
+    return [epoch for epoch in epochs if _restored_record(run_dir, epoch).get("restored_from")]
+
+
+def restored_members(run_dir: Path, epochs: list[int]) -> list[dict[str, Any]]:
+    """Of a sweep's epochs trained here, those where the memo restored some members: {epoch, members (restored), of}."""
     found = []
     for epoch in epochs:
-        folder = run_dir / EPOCHS / str(epoch)
-        try:
-            if provenance.read(folder / PROVENANCE_NAME, folder / SENTINEL_NAME).get("restored_from"):
-                found.append(epoch)
-        except IntegrityError:
-            continue  # a damaged record shows as a problem of the run
+        record = _restored_record(run_dir, epoch)
+        names, trained = record.get("members_restored") or [], record.get("members_trained") or []
+        if names and not record.get("restored_from"):  # a whole restored epoch: every member, listed as an epoch
+            found.append({"epoch": epoch, "members": list(names), "of": len(names) + len(trained)})
     return found
 
 
@@ -197,23 +216,94 @@ def run_status(run_dir: Path, plan: dict[str, Any] | None = None, full: bool = F
         "test_macro_f1": qualification["macro_f1"] if qualification else None,
         "test_high_snr": qualification.get("accuracy_high_snr") if qualification else None,
         "restored_epochs": restored(run_dir, [m["epoch"] for m in epochs]),
+        "restored_members": restored_members(run_dir, [m["epoch"] for m in epochs]),
         "exposure": exposure(run_dir.parent.parent, run_dir, plan.get("dataset")),
         "problems": integrity(run_dir, planned, full),
         "manifest": str(manifest) if qualification and manifest.exists() else None,
     }
 
 
-def collect(results_dir: str | Path, config: dict[str, Any] | Judgment | None = None, full: bool = False) -> list[dict[str, Any]]:
+def collect(
+    results_dir: str | Path, config: dict[str, Any] | Judgment | None = None, full: bool = False, now: float | None = None
+) -> list[dict[str, Any]]:
     """Status of every planned run (started or not) and of the runs no plan speaks for; without a plan, of every
-    run under results/runs. `config`: the judgment of the tree (rffm.records.plans.judge), or a config."""
+    run under results/runs. `config`: the judgment of the tree (rffm.records.plans.judge), or a config. Each row's
+    `running`: the heartbeats of the steps it waits on (running_steps, aged at `now`, default the clock's)."""
     judgment = config if isinstance(config, Judgment) else Judgment(config or None)
     runs_dir = Path(results_dir) / RUNS
     configured = {**(judgment.config or {}).get("runs", {}), **(judgment.config or {}).get("references", {})}
     present = {d.name for d in runs_dir.iterdir() if d.is_dir()} if runs_dir.is_dir() else set()
     if judgment.config is None:
-        return [run_status(runs_dir / name, None, full) for name in sorted(present)]
-    rows = [run_status(runs_dir / name, configured.get(name), full, judgment) for name in sorted({*configured, *judgment.unknown})]
+        rows = [run_status(runs_dir / name, None, full) for name in sorted(present)]
+    else:
+        rows = [run_status(runs_dir / name, configured.get(name), full, judgment) for name in sorted({*configured, *judgment.unknown})]
+    attach_running(rows, running_steps(results_dir, now), configured, (judgment.config or {}).get("backbones", {}))
+    if judgment.config is None:
+        return rows
     return rows + [{"run": name, "state": "stale"} for name in sorted(present - set(configured) - set(judgment.unknown))]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process (EPERM): it exists
+        return True
+    return True
+
+
+def _counts(beat: dict[str, Any]) -> bool:
+    numbers = [beat.get(key) for key in ("rate", "eta_s")]
+    counts = isinstance(beat.get("done"), int) and isinstance(beat.get("total"), int)
+    return counts and all(value is None or isinstance(value, int | float) for value in numbers)
+
+
+def running_steps(results_dir: str | Path, now: float | None = None) -> list[dict[str, Any]]:
+    """The heartbeats under results/running/ (rffm.runtime.progress), each with its file, its age at `now` and its
+    state: running; stalled (no beat for STALE_S); gone (its process on this host no longer exists)."""
+    folder = Path(results_dir) / RUNNING
+    now = time.time() if now is None else now
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            beat = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # removed meanwhile (its step ended), or not a heartbeat
+        if not (isinstance(beat, dict) and isinstance(beat.get("updated_unix"), int | float) and _counts(beat)):
+            continue
+        age = max(0.0, now - beat["updated_unix"])
+        here = beat.get("host") == socket.gethostname() and isinstance(beat.get("pid"), int)
+        state = "gone" if here and not _alive(beat["pid"]) else "stalled" if age > STALE_S else "running"
+        found.append({**beat, "file": str(path), "age_s": round(age, 1), "state": state})
+    return found
+
+
+def consumed_folders(plan: dict[str, Any], backbones: dict[str, Any]) -> set[str]:
+    """The shared step folders (dataset, backbone and its pretraining dataset, cache) a planned run reads."""
+    dataset, backbone = plan.get("dataset"), plan.get("backbone")
+    folders = {dataset_folder(dataset)} if dataset else set()
+    if backbone:
+        folders |= {backbone_folder(backbone)} | ({cache_folder(dataset, backbone)} if dataset else set())
+        if (backbones.get(backbone) or {}).get("dataset"):
+            folders.add(dataset_folder(backbones[backbone]["dataset"]))
+    return folders
+
+
+def attach_running(rows: list[dict[str, Any]], beats: list[dict[str, Any]], plans: dict[str, Any], backbones: dict[str, Any]) -> None:
+    """Give each row the heartbeats of its own steps and of the shared steps its plan reads; a heartbeat no row
+    claims (no plan says who reads it) goes to every row, so that every running step is shown."""
+    for row in rows:
+        row["running"] = []
+    for beat in beats:
+        folder = str(beat.get("folder") or "")
+        owners = [
+            row
+            for row in rows
+            if folder.startswith(run_folder(row["run"]) + "/") or folder in consumed_folders(plans.get(row["run"]) or {}, backbones)
+        ]
+        for row in owners or rows:
+            row["running"].append(beat)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -233,8 +323,61 @@ def exposure_words(exposure: tuple[int, int] | None) -> str:
     return f"{times} (split: {split} artifact{'s' if split != 1 else ''})"
 
 
+def _spans(numbers: list[int]) -> str:
+    """1,2,3,5 as '1-3,5'."""
+    spans: list[list[int]] = []
+    for number in sorted(numbers):
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def restored_words(row: dict[str, Any]) -> str:
+    """'epochs 1-3; epoch 4: 2 of 3 members': the epochs the memo restored, then the sweep epochs it restored members of."""
+    epochs = row.get("restored_epochs") or []
+    parts = [f"epoch{'s' if len(epochs) > 1 else ''} {_spans(epochs)}"] if epochs else []
+    parts += [f"epoch {m['epoch']}: {len(m['members'])} of {m['of']} members" for m in row.get("restored_members") or []]
+    return "; ".join(parts) or "-"
+
+
+def duration_words(seconds: float) -> str:
+    """'45 s', '18 min', '2 h 5 min'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes} min"
+
+
+def _rate_words(rate: float) -> str:
+    return f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"
+
+
+def running_line(beat: dict[str, Any]) -> str:
+    """One running step, from its heartbeat: what, how far, how fast, how long yet (or why it may no longer run)."""
+    done, total, unit = beat.get("done", 0), beat.get("total", 0), beat.get("unit", "it")
+    percent = f" ({100 * done / total:.0f}%)" if total else ""
+    what = f"{beat.get('name', '?')}" + (f" ({beat['folder']})" if beat.get("folder") else "")
+    count = f"{done:,}/{total:,} {unit}{percent}"
+    age = duration_words(beat["age_s"])
+    if beat["state"] == "gone":
+        return (
+            f"not running: {what} stopped at {count} {age} ago: its process {beat['pid']} on this host is gone (killed?); "
+            f"its heartbeat {beat['file']} is left over (remove it)"
+        )
+    if beat["state"] == "stalled":
+        return f"stalled?: {what} at {count}, no progress reported for {age} (hung, or its job was killed: see its log)"
+    rate = f", {_rate_words(beat['rate'])} {unit}/s" if beat.get("rate") else ""
+    left = f", about {duration_words(beat['eta_s'])} left" if beat.get("eta_s") is not None else ", time left not known yet"
+    return f"running: {what} {count}{rate}{left} (updated {age} ago)"
+
+
 def render(rows: list[dict[str, Any]], full: bool = False) -> str:
-    """Plain-text table, then every integrity problem, then the stale runs, then one manifest path per qualified run."""
+    """Plain-text table, then one line per running step, then every integrity problem, then the stale runs, then one
+    manifest path per qualified run."""
     stale = [r["run"] for r in rows if r["state"] == "stale"]
     rows = [r for r in rows if r["state"] != "stale"]
     high = next((r["test_high_snr"]["min_snr_db"] for r in rows if r.get("test_high_snr")), 10)
@@ -242,7 +385,8 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     mixed = len(metrics) > 1
     best_header = "best val metric" if mixed else f"best {metrics[0]}"
     header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "artifact", "test acc"]
-    header += [f"acc >={high:g} dB", "macro-F1", "test exposure: run (split)", "restored", "verify" + (" (full)" if full else " (fast)")]
+    header += [f"acc >={high:g} dB", "macro-F1", "test exposure: run (split)", "restored from memo"]
+    header.append("verify" + (" (full)" if full else " (fast)"))
     table = [header]
     for r in rows:
         best = "-" if r["best_value"] is None else f"{_fmt(r['best_value'])} @{r['best_epoch']}"
@@ -260,12 +404,14 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
                 _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),
                 _fmt(r["test_macro_f1"]),
                 exposure_words(r["exposure"]),
-                ",".join(map(str, r.get("restored_epochs") or [])) or "-",  # epochs restored from the memo, not trained here
+                restored_words(r),  # epochs (and sweep members) restored from the memo, not trained by this run
                 f"BROKEN ({len(r['problems'])})" if r["problems"] else "ok",
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    beats = {beat["file"]: beat for r in rows for beat in r.get("running") or []}  # a shared step: once, not per run
+    lines += [running_line(beat) for _, beat in sorted(beats.items())]
     lines += [f"BROKEN {problem}" for r in rows for problem in r["problems"]]
     lines += [f"stale: {run_folder(name)} (not in the config; `rffm prune` removes it)" for name in stale]
     lines += [f"run manifest: {r['manifest']}" for r in rows if r["manifest"]]

@@ -158,6 +158,7 @@ def export_name(sha256: str, suffix: str) -> str:
 LEDGER = "ledger"  # the test-split ledger (records/ledger.py)
 MEMO = "memo"  # completed epochs, by identity (records/memo.py)
 TENSORBOARD = "tensorboard"  # `rffm tensorboard`'s default event-log folder
+RUNNING = "running"  # a running step's heartbeat, one file per step folder (rffm.runtime.progress; `rffm status`): no rule output
 # Folders of the results store that hold records, never rule outputs: kept whatever the config says.
 KEPT = (LEDGER, ARTIFACTS, MEMO, EXPORTS)
 
