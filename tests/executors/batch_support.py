@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,32 +15,13 @@ from pathlib import Path
 import yaml
 
 from conftest import BIN, REPO, WARM, tiny_config
+from rffm.cloud.emulator import free_port, gcs_emulator  # noqa: F401  (the tests import them from here)
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE = f"us-central1-docker.pkg.dev/rffm-test/rffm/worker@{DIGEST}"
 PROJECT = "rffm-test"
 FAKE_BATCH = REPO / "tests" / "executors" / "fake_batch.py"
 JOB_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def gcs_emulator() -> Iterator[str]:
-    """gcp-storage-emulator on 127.0.0.1 (in memory) while the block runs; yields its URL."""
-    from gcp_storage_emulator.server import create_server
-
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @contextlib.contextmanager

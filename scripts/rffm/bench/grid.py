@@ -37,7 +37,6 @@ import json
 import resource
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,8 +45,8 @@ from typing import Any
 
 import yaml
 
+from rffm.bench import work_folder
 from rffm.bench.scheduled import SNAKEFILE, jobs_run, snakemake, write_config
-from rffm.ops.clean import release_immutable
 from rffm.records.files import read_json, sha256_file
 from rffm.records.layout import (
     ARTIFACTS,
@@ -231,8 +230,7 @@ def conclude(work: Path) -> int:
 
 def main(runs: int, epochs: int, cores: int, like: str = EXAMPLE, work_dir: str | None = None, keep: bool = False) -> int:
     """Make the grid's dataset and backbone once, run each arm as a cluster places it; print the figures, the last line JSON."""
-    work = Path(tempfile.mkdtemp(prefix="rffm-bench-grid-", dir=work_dir))
-    try:
+    with work_folder("rffm-bench-grid-", work_dir, keep) as work:
         base = grid_config(like, runs, epochs)
         prepared = work / "prepared"
         prepared.mkdir()
@@ -247,9 +245,3 @@ def main(runs: int, epochs: int, cores: int, like: str = EXAMPLE, work_dir: str 
         facts = {"config": base, "like": like, "epochs": epochs, "cores": cores, "arms": arms}
         (work / FACTS).write_text(json.dumps(facts))
         return conclude(work)
-    finally:
-        if keep:
-            print(f"kept: {work}", file=sys.stderr)
-        else:
-            release_immutable([work])
-            shutil.rmtree(work, ignore_errors=True)

@@ -26,11 +26,8 @@ import logging
 import os
 import re
 import resource
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +35,7 @@ from typing import Any
 import yaml
 
 from rffm import config as rffm_config
+from rffm.bench import work_folder
 from rffm.bench.scheduled import SNAKEFILE
 from rffm.plan import planning
 
@@ -82,32 +80,24 @@ def bare_config(config: dict[str, Any], grouped: bool) -> dict[str, Any]:
     return bare
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
-def gcs_emulator() -> Iterator[str]:
-    """gcp-storage-emulator (in memory, 127.0.0.1) with the bench's bucket while the block runs; its URL."""
+def bench_bucket() -> Iterator[str]:
+    """The Cloud Storage emulator with the bench's bucket while the block runs; its URL."""
+    from rffm.cloud.emulator import gcs_emulator
+
     try:
-        from gcp_storage_emulator.server import create_server
+        import gcp_storage_emulator.server  # noqa: F401  (gcs_emulator's)
         from google.cloud import storage
     except ImportError:
         raise SystemExit("rffm bench plan: the gcp-batch profile needs gcp-storage-emulator. Fix: pip install -e '.[dev]'") from None
     logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)  # a dry run's every missing object is its "error"
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        os.environ["STORAGE_EMULATOR_HOST"] = url
-        storage.Client(project=BATCH_ENV["RFFM_GCP_PROJECT"]).create_bucket(BUCKET)
-        yield url
-    finally:
-        os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        server.stop()
+    with gcs_emulator() as url:
+        try:
+            os.environ["STORAGE_EMULATOR_HOST"] = url
+            storage.Client(project=BATCH_ENV["RFFM_GCP_PROJECT"]).create_bucket(BUCKET)
+            yield url
+        finally:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
 
 
 def dry_run(snakefile: Path, configfile: Path, work: Path, profile: str, env: dict[str, str]) -> tuple[float, str]:
@@ -162,7 +152,7 @@ def run(work: Path, runs: list[int], epochs: int, profiles: list[str], report=pr
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     rows = []
     for profile in profiles:
-        with gcs_emulator() if profile == "gcp-batch" else contextlib.nullcontext():
+        with bench_bucket() if profile == "gcp-batch" else contextlib.nullcontext():
             profile_env = {**env, **BATCH_ENV, "STORAGE_EMULATOR_HOST": os.environ.get("STORAGE_EMULATOR_HOST", "")}
             for count in runs:
                 row = measure(work, count, epochs, profile, profile_env if profile == "gcp-batch" else env)
@@ -181,13 +171,7 @@ def run(work: Path, runs: list[int], epochs: int, profiles: list[str], report=pr
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of `rffm bench plan`."""
-    work = Path(tempfile.mkdtemp(prefix="rffm-bench-plan-", dir=args.work_dir))
-    try:
+    with work_folder("rffm-bench-plan-", args.work_dir, args.keep) as work:
         result = run(work, args.runs, args.epochs, args.profiles, report=lambda line: print(line, flush=True))
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result, sort_keys=True))
     return 0

@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +36,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from rffm.bench import work_folder
 from rffm.config import entry_defaults
 from rffm.data.radioml import RML2018_CLASSES
 from rffm.data.sources import BLOCK_BYTES
@@ -253,13 +253,7 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of `rffm bench staging`."""
     parent = Path(args.work_dir) if args.work_dir else Path.cwd()
     parent.mkdir(parents=True, exist_ok=True)
-    work_dir = Path(tempfile.mkdtemp(prefix=".rffm-bench-staging-", dir=parent))
-    try:
+    with work_folder(".rffm-bench-staging-", parent, args.keep) as work_dir:
         result = run(work_dir, int(args.size_gb * 1e9), args.repeats, report=lambda line: print(line, flush=True))
-    finally:
-        if args.keep:
-            print(f"kept {work_dir}")
-        else:
-            shutil.rmtree(work_dir, ignore_errors=True)
     print(json.dumps(result, sort_keys=True))
     return 0

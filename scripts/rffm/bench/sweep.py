@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +34,9 @@ import torch
 import yaml
 
 from rffm.backbone_kinds import RANDOM
+from rffm.bench import work_folder
 from rffm.bench.cache_measures import ARCH, CLASSES, SNRS
 from rffm.bench.scheduled import jobs_run, scheduler_run
-from rffm.ops.clean import release_immutable
 from rffm.records.files import read_json
 from rffm.records.layout import CHECKPOINT_NAME, METRICS_NAME, PROVENANCE_NAME, SENTINEL_NAME, cache_folder, epoch_folder
 from rffm.training import sweep
@@ -188,8 +186,7 @@ def main(
     keep: bool = False,
 ) -> int:
     """Make the dataset, backbone and cache once, then each arm by the scheduler; print the figures, the last line as JSON."""
-    work = Path(tempfile.mkdtemp(prefix="rffm-bench-sweep-", dir=work_dir))
-    try:
+    with work_folder("rffm-bench-sweep-", work_dir, keep) as work:
         base = bench_config(samples, epochs, threads, device, like)
         runs = arm_runs(base, grid or GRID)
         common = {key: value for key, value in base.items() if key != "train"}
@@ -211,9 +208,3 @@ def main(
         }
         (work / FACTS).write_text(json.dumps({**facts, "runs": {arm: list(names) for arm, names in runs.items()}}))
         return conclude(work)
-    finally:
-        if keep:
-            print(f"kept: {work}", file=sys.stderr)
-        else:
-            release_immutable([work])
-            shutil.rmtree(work, ignore_errors=True)
