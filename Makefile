@@ -125,8 +125,9 @@ lint: setup
 	$(BIN)/ruff check scripts tests
 	$(BIN)/ruff format --check scripts tests
 
-# The default run between its floor (the same head on a frozen, randomly initialized backbone) and its
-# ceiling (a standard CNN trained end to end on the same splits): floor | frozen backbone | end-to-end.
+# The default run between its floor (the same head on a frozen, randomly initialized backbone) and the end-to-end
+# CNNs (IQ and rf input) trained on the same splits, 3 seeds of every row (config/examples/random_floor.yaml):
+# floor | frozen backbone | end-to-end, each measured against the strongest reference by val accuracy.
 floor: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/config.yaml config/examples/random_floor.yaml $(RUN_CONFIG)
 	$(BIN)/rffm compare results --config config/config.yaml config/examples/random_floor.yaml

@@ -10,9 +10,9 @@ def test_shipped_configs_are_valid():
     default = yaml.safe_load((REPO / "config/config.yaml").read_text())
     assert config.problems(default, SCHEMA) == []
     floor = yaml.safe_load((REPO / "config/examples/random_floor.yaml").read_text())
-    merged = {**default, "backbones": {**default["backbones"], **floor["backbones"]}, "runs": {**default["runs"], **floor["runs"]}}
-    merged["references"] = floor["references"]
+    merged = config.merge(default, floor)  # as Snakemake merges two --configfile: key by key
     assert config.problems(merged, SCHEMA) == []
+    assert len(config.check(merged)["runs"]) == 18  # 3 pretraining x 3 head seeds of the frozen run and of the floor
     assert config.problems(tiny_config(), SCHEMA) == []
 
 

@@ -98,16 +98,19 @@ def test_paths_name_keys_items_and_rows_by_a_field():
     assert last_json(["table", '{"P1": 3.1}', ""]) == ({"P1": 3.1}, ["table", ""])
 
 
-def test_compare_json_is_the_rows_the_table_is_rendered_from():
-    from rffm.ops.compare import render
+def test_compare_json_is_the_rows_the_table_is_rendered_from(tmp_path):
+    from rffm.ops.compare import render, seed_groups
     from rffm.report.measurement import rows_json
 
-    row = {"run": "floor", "role": "floor", "dataset": "synth", "model": "random-init", "labels": None, "accuracy": 0.517}
+    row = {"run": "floor", "group": "floor", "seed": 0, "role": "floor", "dataset": "synth", "model": "random-init", "labels": None}
+    row |= {"accuracy": 0.517, "val_accuracy": 0.52}
     row |= {"accuracy_high_snr": 0.802, "high_snr_db": 10, "macro_f1": 0.507, "wall_s": 16.0, "member": None, "exposure": (1, 1)}
     row |= {"split": None, "members": 1, "optimizer_steps": 520, "optimizer_steps_computed": False, "split_qualifications": []}
     row |= {"vs_floor": None, "vs_end_to_end": None}
-    rows = json.loads(rows_json([row]))["rows"]
-    assert rows[0]["accuracy"] == 0.517 and render(rows) == render([row])
+    groups = seed_groups([row], tmp_path)
+    printed = json.loads(rows_json([row], groups=groups))
+    assert printed["rows"][0]["accuracy"] == 0.517 and printed["groups"][0]["accuracy"]["mean"] == 0.517
+    assert render(printed["rows"], printed["groups"]) == render([row], groups)
 
 
 @pytest.mark.parametrize(

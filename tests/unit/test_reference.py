@@ -90,9 +90,11 @@ def test_compare_prints_the_reference_as_end_to_end_with_its_wall_time(dataset_d
     rows = compare.collect(results)
     assert [(r["run"], r["role"]) for r in rows] == [("cnn", "end-to-end")]
     assert rows[0]["wall_s"] is not None and rows[0]["wall_s"] > 0
-    text = compare.render(rows)
-    assert text.splitlines()[0].split()[:3] == ["labels", "role", "run"] and "all     end-to-end  cnn" in text
-    compare.plot(rows, tmp_path / "comparison.png")
+    groups = compare.seed_groups(rows, results)
+    assert groups[0]["runs"] == ["cnn"] and groups[0]["strongest"] and groups[0]["vs_end_to_end"] is None
+    text = compare.render(rows, groups)
+    assert text.splitlines()[0].split()[:4] == ["labels", "role", "run", "seeds"] and "all     end-to-end  cnn*" in text
+    compare.plot(groups, rows, tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -112,7 +114,8 @@ def test_a_label_scarce_reference_trains_on_k_per_cell_and_compare_shows_k(datas
     assert selection["labels"]["labelled_rows"] == 12 and selection["labels"]["labels_seed"] == 0
     assert selection["labels"]["train_rows"] > 12
     rows = compare.collect(results)
-    assert rows[0]["labels"] == 2 and compare.render(rows).splitlines()[1].split()[:3] == ["2", "end-to-end", "cnn"]
+    table = compare.render(rows, compare.seed_groups(rows, results))
+    assert rows[0]["labels"] == 2 and table.splitlines()[1].split()[:3] == ["2", "end-to-end", "cnn*"]
 
 
 GRID = [["train.lr", [0.01, 0.03]], ["train.epochs", [2, 3]]]  # as the workflow passes a sweep: [key, values] pairs
@@ -160,7 +163,7 @@ def test_a_swept_reference_trains_each_member_as_its_plain_reference_and_spends_
     assert row["optimizer_steps_computed"]  # the CNN records none: ceil(train rows / batch size) x the chosen member's epochs
     rows_per_epoch = -(-json.loads((dataset_dir / "sentinel.json").read_text())["dataset"]["counts"]["train"] // TRAIN["batch_size"])
     assert row["optimizer_steps"] == rows_per_epoch * chosen["settings"]["train.epochs"]
-    assert f"cnn [{selection['member']}]" in compare.render([row])
+    assert f"cnn [{selection['member']}]*" in compare.render([row], compare.seed_groups([row], results))
     (state,) = status.collect(results)
     assert state["selected_member"] == selection["member"] and state["epochs_done"] == chosen["settings"]["train.epochs"]
     assert state["state"] == "qualified"

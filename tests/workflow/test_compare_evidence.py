@@ -83,10 +83,10 @@ def test_an_unequal_comparison_is_visible_in_the_table_is_fixed_by_budget_and_pa
         assert paired["se"] == pytest.approx(math.sqrt((b + c) - (b - c) ** 2 / 32) / 32)
     assert rows["base"]["vs_end_to_end"]["run"] == "cnn" and rows["base"]["vs_end_to_end"]["se"] is not None
 
-    text = compare.render(list(rows.values()))
+    text = compare.render(list(rows.values()), compare.seed_groups(list(rows.values()), results))
     header = text.splitlines()[0]
-    for column in ("vs floor ± paired SE", "vs end-to-end ± paired SE", "val members", "optimizer steps (* computed)"):
+    for column in ("vs floor ± paired SE", "vs strongest reference ± paired SE", "val members", "optimizer steps (* computed)"):
         assert column in header
-    cnn = next(line for line in text.splitlines() if line.split()[1:3] == ["end-to-end", "cnn"])
+    cnn = next(line for line in text.splitlines() if line.split()[1:3] == ["end-to-end", "cnn*"])
     assert " 8* " in cnn and compare.difference_text(rows["cnn"]["vs_floor"]) in cnn
     assert "figures on it are optimistic" not in text  # every qualification on the split is shown

@@ -7,6 +7,7 @@ them (tests/rfdata.py); one without `datasets` is used with the default config (
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import byo
 from conftest import BIN, REPO, planned_jobs, write_config
 from rfdata import rml2016_data, rml2018_data, sigmf_recording, write_canonical_hdf5, write_rml2016_pickle, write_rml2018_hdf5
 from rffm import config as rffm_config
+from rffm.config.seeds import expand
 from rffm.records.files import sha256_file
 
 pytestmark = pytest.mark.workflow
@@ -75,6 +77,7 @@ def test_each_example_config_plans_every_run_it_defines(name: str, tmp_path: Pat
     config = example_config(name, tmp_path, example_weights)
     write_config(tmp_path, config)
     jobs = planned_jobs(tmp_path)
+    config = expand(copy.deepcopy(config))  # each seed its own run (random_floor: 3 of each)
     assert qualified(jobs, "qualify") == set(config["runs"]), jobs
     assert qualified(jobs, "qualify_reference") == set(config.get("references", {})), jobs
 

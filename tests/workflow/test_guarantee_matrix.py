@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import textwrap
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -193,6 +194,16 @@ def execution_setting(workdir: Path, config: dict, run: str):
     yield None
 
 
+@contextmanager
+def more_seeds(workdir: Path, config: dict, run: str):
+    """seeds: 2 on the qualified run: its second seed is a run of its own (<run>-seed1), planned in full beside it."""
+    spec_of(config, run)[1]["seeds"] = 2
+    yield SEEDED
+
+
+SEEDED = "plans the new seed's run alone"
+
+
 # change -> (what it does, the kinds it applies to: None for all)
 CHANGES: dict[str, tuple[Callable, tuple[str, ...] | None]] = {
     "a training param": (training_param, None),
@@ -205,6 +216,7 @@ CHANGES: dict[str, tuple[Callable, tuple[str, ...] | None]] = {
     "the grid": (the_grid, ("sweep",)),
     "touch every file": (touch_everything, None),
     "an execution setting": (execution_setting, None),
+    "more seeds": (more_seeds, None),
 }
 CELLS = [
     pytest.param(kind, change, id=f"{kind}-{change}")
@@ -233,7 +245,16 @@ def test_a_qualified_run_keeps_its_records_whatever_changes(tree: Path, kind: st
     make_change, _ = CHANGES[change]
     try:
         with make_change(tree, config, run) as named:
-            if named is None:  # content unchanged: exactly nothing to do, whatever the target
+            if named == SEEDED:  # exactly the jobs the run itself took, under the new seed's name, and nothing of it again
+                write_config(tree, config)
+                replica = f"{run}-seed1"
+                planned = plan_of(snakemake(tree, "-n").stdout)
+                everything = plan_of(snakemake(tree, "-n", "--forceall").stdout)
+                own = [job for job in everything if re.search(rf"\b(run|reference)={re.escape(run)}(,|\])", job)]
+                expected = sorted(re.sub(rf"\b(run|reference)={re.escape(run)}\b", rf"\g<1>={replica}", job) for job in own)
+                assert own and [job for job in planned if "=" in job] == expected, (kind, planned)
+                assert {job for job in planned if "=" not in job} <= {"plot_comparison"}, planned
+            elif named is None:  # content unchanged: exactly nothing to do, whatever the target
                 write_config(tree, config)
                 for target in ("final_qualification", "validation_selection"):
                     assert plan_of(snakemake(tree, "-n", target).stdout) == [], (kind, change, target)

@@ -185,7 +185,7 @@ def test_after_a_floor_run_the_bare_compare_prints_all_three_rows(workdir: Path)
     with_default_config(workdir)  # config/config.yaml plans `baseline` only: the records decide
     compare = rffm("compare", "results", cwd=workdir)
     rows = [line.split()[1:4] for line in compare.stdout.splitlines()[1:4]]  # after the labels column (all)
-    assert rows == [["floor", "floor", "tiny"], ["frozen", "backbone", "base"], ["end-to-end", "cnn", "tiny"]], compare.stdout
+    assert rows == [["floor", "floor", "1"], ["frozen", "backbone", "base"], ["end-to-end", "cnn*", "1"]], compare.stdout  # 1 seed each
 
 
 def tree_bytes(results: Path, leaving_out: tuple[str, ...] = ()) -> dict[str, bytes]:

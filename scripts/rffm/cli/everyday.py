@@ -27,14 +27,15 @@ def _judged(args: argparse.Namespace) -> tuple[dict | None, object]:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from rffm.ops.compare import collect, render
+    from rffm.ops.compare import collect, render, seed_groups
 
     _, judgment = _judged(args)
     rows = collect(args.results_dir, judgment.config, unknown=judgment.unknown)
     if not rows:
         print(f"no qualified runs or references under {args.results_dir}/{RUNS}", file=sys.stderr if args.json else sys.stdout)
         return 1
-    _print_rows(rows, render(rows), args.json)
+    groups = seed_groups(rows, args.results_dir)
+    _print_rows(rows, render(rows, groups), args.json, groups=groups)
     return 0
 
 
@@ -50,15 +51,16 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_rows(rows: list[dict], table: str, as_json: bool) -> None:
-    """The table on stdout; with --json the rows as one JSON line on stdout and the table on stderr (`| jq` reads it)."""
+def _print_rows(rows: list[dict], table: str, as_json: bool, **more: list[dict]) -> None:
+    """The table on stdout; with --json the rows (and `more`, e.g. compare's groups) as one JSON line on stdout and
+    the table on stderr (`| jq` reads it)."""
     if not as_json:
         print(table)
         return
     from rffm.report.measurement import rows_json
 
     print(table, file=sys.stderr, flush=True)
-    print(rows_json(rows))
+    print(rows_json(rows, **more))
 
 
 def verify(args: argparse.Namespace) -> int:

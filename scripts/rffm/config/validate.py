@@ -13,6 +13,7 @@ from rffm.config.host import machine_errors
 from rffm.config.messages import schema_errors
 from rffm.config.rules import cross_field_errors, follows_from, path_problems, reference_errors, references_as_written
 from rffm.config.schema import SCHEMA, load_schema
+from rffm.config.seeds import expand, seed_problems
 from rffm.errors import ConfigError
 
 
@@ -34,6 +35,9 @@ def problems(
         return found + [p for p in references_as_written(config) if not follows_from(p, found)]
     filled = copy.deepcopy(config)
     fill_defaults(filled, schema, schema)
+    if found := seed_problems(filled):
+        return found
+    expand(filled)  # each seed's run, reference or backbone is checked as any other
     found = reference_errors(filled) + path_problems(filled, local_files)
     if found:
         return found
@@ -41,7 +45,8 @@ def problems(
 
 
 def check(config: dict[str, Any], schema_path: str | Path = SCHEMA, **where: Any) -> dict[str, Any]:
-    """Raise ConfigError listing every problem; otherwise complete the config with the schema's defaults (in place).
+    """Raise ConfigError listing every problem; otherwise complete the config with the schema's defaults and expand
+    each `seeds:` into its entries (rffm.config.seeds), in place.
 
     Keyword arguments as for `problems` (what the caller knows about the files read and this machine)."""
     found = problems(config, schema_path, **where)
@@ -50,7 +55,7 @@ def check(config: dict[str, Any], schema_path: str | Path = SCHEMA, **where: Any
         raise ConfigError(f"invalid configuration (checked against {schema_path}):\n  {listing}")
     schema = load_schema(schema_path)
     fill_defaults(config, schema, schema)
-    return config
+    return expand(config)
 
 
 def load(paths: list[str | Path], schema_path: str | Path = SCHEMA, **where: Any) -> dict[str, Any]:

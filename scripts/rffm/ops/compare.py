@@ -16,6 +16,13 @@ error (both scored on the same test examples, from the per-example correctness q
 McNemar's sqrt((b + c) - (b - c)^2 / n) / n, b and c the discordant counts). Exposure: a test split the ledger
 holds more qualifications of than the table shows gets one line under the table (figures on it are optimistic:
 the table may show the best of several looks at the same test data).
+
+Seeds (rffm.config.seeds): the runs of one seed group (`baseline`, `baseline-seed1`, `baseline-pseed1`, ...) are one
+row of the table, their mean, sd and min-max over seeds. The reference every row is measured against is the
+strongest: of the end-to-end groups with the row's labels and test split, the one with the highest mean val accuracy
+(never test). A group's difference to another is the difference of their mean test accuracies, its paired SE that of
+the per-example mean correctness (McNemar's for one seed each), its seed spread sqrt(sd_a^2 + sd_b^2), the sd of the
+difference between one seed of each; it is a lead (or behind) only beyond both 2 paired SEs and the seed spread.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rffm.backbone_kinds import RANDOM
+from rffm.config.seeds import group_of
 from rffm.errors import IntegrityError
 from rffm.model.metrics import CORRECT_KEY, unpack_correct
 from rffm.records import provenance
@@ -50,8 +58,8 @@ from rffm.records.sentinel import epoch_metrics, read_sentinel
 from rffm.records.store import PosixStore
 
 ROLES = ("floor", "frozen backbone", "end-to-end")
-# the counterparts every row is compared with (its key in a row, the column's title)
-COUNTERPARTS = (("floor", "vs_floor", "vs floor"), ("end-to-end", "vs_end_to_end", "vs end-to-end"))
+# the counterparts every row is compared with (its key in a row and a group, the column's title)
+COUNTERPARTS = (("floor", "vs_floor", "vs floor"), ("end-to-end", "vs_end_to_end", "vs strongest reference"))
 
 
 def _duration(directory: Path) -> float | None:
@@ -103,6 +111,8 @@ def collect(
         rows.append(
             {
                 "run": run_dir.name,
+                "group": group_of(run_dir.name),
+                "seed": manifest["training"]["params"].get("seed"),
                 "role": role_of(manifest),
                 "dataset": manifest["dataset"]["name"],
                 "model": manifest.get("backbone", {}).get("name") or f"cnn ({manifest['model']['input']} input)",
@@ -111,6 +121,7 @@ def collect(
                 "accuracy_high_snr": quality["accuracy_high_snr"]["accuracy"],
                 "high_snr_db": quality["accuracy_high_snr"]["min_snr_db"],
                 "macro_f1": quality["macro_f1"],
+                "val_accuracy": chosen_val_accuracy(run_dir, manifest),
                 "wall_s": wall_time(results, run_dir, manifest),
                 "exposure_count": quality["exposure_count"],
                 "member": manifest.get("selection", {}).get("member"),  # a sweep's chosen member
@@ -121,13 +132,43 @@ def collect(
             }
         )
         correct[run_dir.name] = correctness(run_dir / QUALIFICATION, quality.get("test_count"))
-    rows = sorted(rows, key=lambda r: (r["labels"] is None, r["labels"] or 0, ROLES.index(r["role"]), r["run"]))
+    rows = sorted(rows, key=lambda r: (r["labels"] is None, r["labels"] or 0, ROLES.index(r["role"]), r["group"], r["run"]))
     store = PosixStore(results)
+    strongest = strongest_references(rows)
     for r in rows:
         r["split_qualifications"] = split_qualifications(store, r["split"])
-        for role, key, _ in COUNTERPARTS:
-            r[key] = paired_difference(r, rows, role, correct)
+        r["vs_floor"] = paired_difference(r, rows, "floor", correct)
+        r["vs_end_to_end"] = paired_difference(r, rows, "end-to-end", correct, strongest.get(_key(r)))
     return rows
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, Any]:
+    """What makes two results comparable: the same labels per (class, SNR) and the same test split."""
+    return row["labels"], row["split"]
+
+
+def chosen_val_accuracy(run_dir: Path, manifest: dict[str, Any]) -> float | None:
+    """The val accuracy of the epoch (and member) selection chose, as the run's records give it (None: not recorded)."""
+    from rffm.ops.tracking import epoch_history
+
+    selection = manifest.get("selection", {})
+    if selection.get("metric") == "val_accuracy":
+        return float(selection["value"])
+    try:
+        history = epoch_history(run_dir, manifest)
+    except (OSError, ValueError, KeyError):
+        return None
+    return next((float(e["val_accuracy"]) for e in history if e.get("epoch") == selection.get("epoch") and "val_accuracy" in e), None)
+
+
+def strongest_references(rows: list[dict[str, Any]]) -> dict[tuple[Any, Any], str]:
+    """The strongest end-to-end group of each (labels, test split): the highest mean val accuracy over its seeds
+    (ties: the first by name; a group without a val figure never wins)."""
+    means: dict[tuple[Any, Any], dict[str, list[float]]] = {}
+    for r in rows:
+        if r["role"] == "end-to-end" and r["split"] and r.get("val_accuracy") is not None:
+            means.setdefault(_key(r), {}).setdefault(r["group"], []).append(r["val_accuracy"])
+    return {key: max(sorted(groups), key=lambda g: float(np.mean(groups[g]))) for key, groups in means.items()}
 
 
 def _sentinel_or_none(path: Path) -> dict[str, Any] | None:
@@ -196,18 +237,116 @@ def paired_se(mine: np.ndarray, theirs: np.ndarray) -> dict[str, Any]:
     return {"difference": (b - c) / n if n else float("nan"), "se": se, "n": n, "discordant": [b, c]}
 
 
-def paired_difference(row: dict[str, Any], rows: list[dict[str, Any]], role: str, correct: dict[str, np.ndarray | None]) -> dict | None:
-    """This row against the first row of `role` with its labels and test split: {run, difference, se, n, discordant}
-    (se None where either qualification recorded no per-example correctness); None for a row of that role or without one."""
+def paired_difference(
+    row: dict[str, Any], rows: list[dict[str, Any]], role: str, correct: dict[str, np.ndarray | None], group: str | None = None
+) -> dict | None:
+    """This row against the first row of `role` (of `group`, when given) with its labels and test split: {run,
+    difference, se, n, discordant} (se None where either qualification recorded no per-example correctness); None for
+    a row of that role or without one."""
     if row["role"] == role or not row["split"]:
         return None
-    other = next((r for r in rows if r["role"] == role and r["labels"] == row["labels"] and r["split"] == row["split"]), None)
+    others = (r for r in rows if r["role"] == role and _key(r) == _key(row) and group in (None, r["group"]))
+    other = next(others, None)
     if other is None:
         return None
     mine, theirs = correct.get(row["run"]), correct.get(other["run"])
     if mine is None or theirs is None or len(mine) != len(theirs):
         return {"run": other["run"], "difference": row["accuracy"] - other["accuracy"], "se": None, "n": None, "discordant": None}
     return {"run": other["run"], **paired_se(mine, theirs)}
+
+
+def seed_groups(rows: list[dict[str, Any]], results_dir: str | Path) -> list[dict[str, Any]]:
+    """One entry per seed group of the rows (a group's runs share role, labels and test split), in the rows' order:
+    its runs and seeds, mean / sd / min / max of the test figures, mean val accuracy, the tuning budget and step time
+    of one seed, whether it is its (labels, split)'s strongest reference, and its differences to the floor group and
+    the strongest reference group (vs_floor, vs_end_to_end: see `group_difference`)."""
+    results = Path(results_dir)
+    members: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        members.setdefault((r["group"], r["role"], *_key(r)), []).append(r)
+    correct = {r["run"]: correctness(results / qualification_folder(r["run"]), None) for r in rows}
+    strongest = strongest_references(rows)
+    groups = []
+    for (name, role, labels, split), runs in members.items():
+        first = runs[0]
+        groups.append(
+            {
+                "group": name,
+                "role": role,
+                "labels": labels,
+                "split": split,
+                "dataset": first["dataset"],
+                "model": first["model"],
+                "runs": [r["run"] for r in runs],
+                "seeds": len(runs),
+                **{key: spread([r[key] for r in runs]) for key in ("accuracy", "accuracy_high_snr", "macro_f1")},
+                "val_accuracy": mean_or_none([r.get("val_accuracy") for r in runs]),
+                "high_snr_db": first["high_snr_db"],
+                "members": first.get("members"),
+                "optimizer_steps": first.get("optimizer_steps"),
+                "optimizer_steps_computed": first.get("optimizer_steps_computed"),
+                "wall_s": None if (wall := mean_or_none([r["wall_s"] for r in runs])) is None else round(wall, 1),
+                "exposure": first["exposure"],
+                "strongest": role == "end-to-end" and strongest.get((labels, split)) == name,
+            }
+        )
+    for g in groups:
+        floor = next((o for o in groups if o["role"] == "floor" and _same(o, g)), None)
+        reference = next((o for o in groups if o["strongest"] and _same(o, g)), None)
+        g["vs_floor"] = None if g["role"] == "floor" else group_difference(g, floor, correct)
+        g["vs_end_to_end"] = None if g["strongest"] else group_difference(g, reference, correct)
+    return groups
+
+
+def mean_or_none(values: list[float | None]) -> float | None:
+    """The mean over a group's seeds, None where one has no figure."""
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a["split"] is not None and (a["labels"], a["split"]) == (b["labels"], b["split"])
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """{mean, sd (over seeds, n - 1; None for one), min, max} of one figure of a seed group."""
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
+    return {"mean": float(np.mean(values)), "sd": sd, "min": float(min(values)), "max": float(max(values))}
+
+
+def group_difference(mine: dict[str, Any], theirs: dict[str, Any] | None, correct: dict[str, np.ndarray | None]) -> dict | None:
+    """{group, difference, se, n, seed_spread, verdict}: the difference of the mean test accuracies, the paired SE of
+    the per-example mean correctness over each group's seeds, sqrt(mean(d^2) - mean(d)^2) / sqrt(n) (McNemar's for one
+    seed each; None without every per-example record), the seed spread sqrt(sd_a^2 + sd_b^2) (None where a group has
+    one seed) and what the difference is (`verdict`)."""
+    if theirs is None:
+        return None
+    difference = mine["accuracy"]["mean"] - theirs["accuracy"]["mean"]
+    vectors = [[correct.get(run) for run in g["runs"]] for g in (mine, theirs)]
+    se, n = None, None
+    if all(v is not None for side in vectors for v in side) and len({len(v) for side in vectors for v in side}) == 1:
+        d = np.mean(vectors[0], axis=0) - np.mean(vectors[1], axis=0)
+        n = len(d)
+        se = math.sqrt(max(0.0, float(np.mean(d**2) - np.mean(d) ** 2)) / n) if n else None
+    sds = (mine["accuracy"]["sd"], theirs["accuracy"]["sd"])
+    seed_spread = None if None in sds else math.sqrt(sds[0] ** 2 + sds[1] ** 2)
+    judged = verdict(difference, se, seed_spread)
+    return {"group": theirs["group"], "difference": difference, "se": se, "n": n, "seed_spread": seed_spread, "verdict": judged}
+
+
+def verdict(difference: float, se: float | None, seed_spread: float | None) -> str:
+    """'lead' or 'behind' only beyond both 2 paired SEs and the seed spread; otherwise which of the two it is within
+    (or what is not measured)."""
+    if se is None:
+        return "no per-example record"
+    beyond_se = abs(difference) > 2 * se
+    if seed_spread is None:
+        return "1 seed: spread not measured" + ("" if beyond_se else ", within 2 SE")
+    beyond_spread = abs(difference) > seed_spread
+    if beyond_se and beyond_spread:
+        return "lead" if difference > 0 else "behind"
+    return {(False, False): "within 2 SE and seed spread", (True, False): "within seed spread", (False, True): "within 2 SE"}[
+        (beyond_se, beyond_spread)
+    ]
 
 
 def exposure_flags(rows: list[dict[str, Any]]) -> list[str]:
@@ -244,43 +383,64 @@ def difference_text(paired: dict[str, Any] | None) -> str:
     return f"{paired['difference']:+.3f} ± {se}"
 
 
-def render(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table, one row per result (labels: k per (class, SNR) or all), one line per test split the table
-    shows fewer qualifications of than the ledger holds, and lines saying what the time, budget and difference columns count."""
-    high = rows[0]["high_snr_db"] if rows else 10
+def figure_text(figure: dict[str, Any]) -> str:
+    """A seed group's figure: '0.570' for one seed, '0.570 ±sd 0.004 [0.566-0.575]' over several."""
+    if figure["sd"] is None:
+        return f"{figure['mean']:.3f}"
+    return f"{figure['mean']:.3f} ±sd {figure['sd']:.3f} [{figure['min']:.3f}-{figure['max']:.3f}]"
+
+
+def comparison_text(paired: dict[str, Any] | None) -> str:
+    """'+0.012 ± 0.006 (spread 0.009): lead': a group's difference, paired SE, seed spread and verdict ('-': none)."""
+    if paired is None:
+        return "-"
+    spread_text = "" if paired["seed_spread"] is None else f" (spread {paired['seed_spread']:.3f})"
+    return f"{difference_text(paired)}{spread_text}: {paired['verdict']}"
+
+
+def render(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
+    """A plain-text table, one row per seed group (labels: k per (class, SNR) or all; the strongest reference marked
+    with *), one line per test split the table shows fewer qualifications of than the ledger holds, the headline (each
+    group against the strongest reference) and lines saying what the columns count."""
+    high = groups[0]["high_snr_db"] if groups else 10
     from rffm.ops.status import exposure_words
 
-    header = ["labels", "role", "run", "dataset", "backbone / model", "test acc", f"acc >={high:g} dB", "macro-F1"]
+    header = ["labels", "role", "run", "seeds", "dataset", "backbone / model", "test acc (mean ±sd [min-max])", f"acc >={high:g} dB"]
+    header += ["macro-F1", "val acc"]
     header += [f"{title} ± paired SE" for _, _, title in COUNTERPARTS]
     header += ["val members", "optimizer steps (* computed)", "step time", "test exposure: run (split)"]
     table = [header]
-    for r in rows:
-        wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.0f} s"
-        steps = "-" if r.get("optimizer_steps") is None else f"{r['optimizer_steps']}{'*' if r.get('optimizer_steps_computed') else ''}"
+    for g in groups:
+        wall = "-" if g["wall_s"] is None else f"{g['wall_s']:.0f} s"
+        steps = "-" if g.get("optimizer_steps") is None else f"{g['optimizer_steps']}{'*' if g.get('optimizer_steps_computed') else ''}"
+        member = next((r["member"] for r in rows if r["run"] == g["runs"][0] and r.get("member")), None)
         table.append(
             [
-                labels_text(r.get("labels")),
-                r["role"],
-                r["run"] + (f" [{r['member']}]" if r.get("member") else ""),
-                r["dataset"],
-                r["model"],
-                f"{r['accuracy']:.3f}",
-                f"{r['accuracy_high_snr']:.3f}",
-                f"{r['macro_f1']:.3f}",
-                *(difference_text(r.get(key)) for _, key, _ in COUNTERPARTS),
-                "-" if r.get("members") is None else str(r["members"]),
+                labels_text(g.get("labels")),
+                g["role"],
+                g["group"] + (f" [{member}]" if member and g["seeds"] == 1 else "") + ("*" if g["strongest"] else ""),
+                str(g["seeds"]),
+                g["dataset"],
+                g["model"],
+                figure_text(g["accuracy"]),
+                f"{g['accuracy_high_snr']['mean']:.3f}",
+                f"{g['macro_f1']['mean']:.3f}",
+                "-" if g["val_accuracy"] is None else f"{g['val_accuracy']:.3f}",
+                *(comparison_text(g.get(key)) for _, key, _ in COUNTERPARTS),
+                "-" if g.get("members") is None else str(g["members"]),
                 steps,
                 wall,
-                exposure_words(r["exposure"]),
+                exposure_words(g["exposure"]) if g["seeds"] == 1 else f"{g['seeds']} runs, 1 each",
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines += exposure_flags(rows)
+    lines += headline(groups)
     lines.append(
         "step time: the sum of the recorded durations of the steps after staging (backbone, cache, epochs, selection, "
         "qualification; end-to-end: training, qualification), each from its work's start to its end: not the process "
-        "start (Python, torch imports) nor Snakemake's scheduling, so less than the run's wall-clock time"
+        "start (Python, torch imports) nor Snakemake's scheduling, so less than the run's wall-clock time (a seed group: its mean)"
     )
     lines.append(
         "tuning budget: val members: the settings selection compared on val (a sweep's grid, 1 otherwise); optimizer steps: "
@@ -288,47 +448,67 @@ def render(rows: list[dict[str, Any]]) -> str:
         "epochs, the end-to-end CNN records none; a reference's sweep of epochs: its chosen member's)"
     )
     lines.append(
-        "vs floor, vs end-to-end: test accuracy minus that of the floor / end-to-end row of the same labels and test split, "
-        "± the paired (McNemar) standard error sqrt((b + c) - (b - c)^2 / n) / n over the n test examples both were scored on, "
-        "b and c the examples only one of the two got right (?: a result qualified before per-example correctness was recorded)"
+        "vs floor, vs strongest reference (*: the end-to-end group of the same labels and test split with the highest mean "
+        "val accuracy, never test): mean test accuracy minus that group's, ± the paired standard error over the n test "
+        "examples both were scored on (of one seed each McNemar's sqrt((b + c) - (b - c)^2 / n) / n, b and c the examples only "
+        "one got right; over seeds that of the per-example mean correctness; ?: a result qualified before per-example "
+        "correctness was recorded); spread: the seed spread sqrt(sd_a^2 + sd_b^2); a lead (or behind) only beyond both 2 "
+        "paired SEs and the seed spread, else which one it is within"
     )
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
-    """Grouped bars: test accuracy, high-SNR accuracy and macro-F1 of every result; wall time in the legend."""
+def headline(groups: list[dict[str, Any]]) -> list[str]:
+    """One line per (labels, test split) with a strongest reference: which it is and where each other group stands."""
+    lines = []
+    for ref in (g for g in groups if g["strongest"]):
+        others = [g for g in groups if _same(g, ref) and g is not ref and g["vs_end_to_end"]]
+        standing = "; ".join(f"{g['group']} {comparison_text(g['vs_end_to_end'])}" for g in others) or "nothing else to compare"
+        lines.append(
+            f"labels {labels_text(ref['labels'])}: strongest reference {ref['group']} (val {ref['val_accuracy']:.3f} over "
+            f"{ref['seeds']} seed(s)): {standing}"
+        )
+    return lines
+
+
+def plot(groups: list[dict[str, Any]], rows: list[dict[str, Any]], path: str | Path) -> None:
+    """Grouped bars: the mean test accuracy, high-SNR accuracy and macro-F1 of every seed group, the seeds' min-max as
+    error bars; seeds and step time in the legend."""
     from rffm.report.png import plt, save_png
 
     metrics = [
         ("accuracy", "test accuracy"),
-        ("accuracy_high_snr", f"accuracy >= {rows[0]['high_snr_db']:g} dB" if rows else "high SNR"),
+        ("accuracy_high_snr", f"accuracy >= {groups[0]['high_snr_db']:g} dB" if groups else "high SNR"),
         ("macro_f1", "macro-F1"),
     ]
     colors = {"floor": "#9e9e9e", "frozen backbone": "#1f77b4", "end-to-end": "#d62728"}
     hatches = ["", "//", "..", "xx"]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    width = 0.8 / max(1, len(rows))
+    width = 0.8 / max(1, len(groups))
     x = np.arange(len(metrics))
-    for i, r in enumerate(rows):
-        values = [r[key] for key, _ in metrics]
-        wall = "-" if r["wall_s"] is None else f"{r['wall_s']:.0f} s"
-        same_role = [q for q in rows[:i] if q["role"] == r["role"]]
+    for i, g in enumerate(groups):
+        means = [g[key]["mean"] for key, _ in metrics]
+        errors = [[g[key]["mean"] - g[key]["min"] for key, _ in metrics], [g[key]["max"] - g[key]["mean"] for key, _ in metrics]]
+        wall = "-" if g["wall_s"] is None else f"{g['wall_s']:.0f} s"
+        same_role = [q for q in groups[:i] if q["role"] == g["role"]]
         bars = ax.bar(
-            x + (i - (len(rows) - 1) / 2) * width,
-            values,
+            x + (i - (len(groups) - 1) / 2) * width,
+            means,
             width,
-            color=colors[r["role"]],
+            yerr=errors if g["seeds"] > 1 else None,
+            capsize=2,
+            color=colors[g["role"]],
             hatch=hatches[len(same_role) % len(hatches)],
             edgecolor="white",
-            label=f"{r['role']}: {r['run']}, labels {labels_text(r.get('labels'))} ({wall})",
+            label=f"{g['role']}: {g['group']}{'*' if g['strongest'] else ''}, labels {labels_text(g.get('labels'))}, "
+            f"{g['seeds']} seed(s) ({wall})",
         )
         ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
     ax.set_xticks(x, [label for _, label in metrics])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("test split")
     flags = exposure_flags(rows)  # a test split looked at more often than the figure shows
-    ax.set_title(
-        "\n".join(["floor | frozen backbone | end-to-end (test split; wall time in brackets)", *flags]), fontsize=9 if flags else None
-    )
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(3, max(1, len(rows))), frameon=False)
+    title = "floor | frozen backbone | end-to-end (test split; mean over seeds, min-max bars; *: strongest reference on val)"
+    ax.set_title("\n".join([title, *flags]), fontsize=8 if flags else 9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(2, max(1, len(groups))), frameon=False)
     save_png(fig, path)

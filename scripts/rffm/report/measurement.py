@@ -72,9 +72,10 @@ def checkout_commit(folder: Path) -> dict[str, Any]:
     return {"commit": revision["source_revision"], "dirty": revision["dirty"]}
 
 
-def rows_json(rows: list[dict[str, Any]]) -> str:
-    """`rffm compare --json`, `rffm status --json`: the rows a table is rendered from, as one JSON line {"rows": [...]}."""
-    return json.dumps({"rows": rows}, sort_keys=True)
+def rows_json(rows: list[dict[str, Any]], **more: list[dict[str, Any]]) -> str:
+    """`rffm compare --json`, `rffm status --json`: the rows a table is rendered from (and compare's seed groups), as
+    one JSON line {"rows": [...], ...}."""
+    return json.dumps({"rows": rows, **more}, sort_keys=True)
 
 
 def last_json(lines: list[str]) -> tuple[Any, list[str]]:

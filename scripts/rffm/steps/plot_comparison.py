@@ -23,8 +23,9 @@ def run(results_dir: str | Path, runs: list[str], out_dir: str | Path) -> Path:
         for name in sorted(runs):
             step.consume(f"qualification_{name}", results / qualification_folder(name) / SENTINEL_NAME, [MANIFEST_NAME])
         rows = compare.collect(results, names=runs)
-        compare.plot(rows, step.out_dir / COMPARISON_FIGURE)
-        atomic_write_json(step.out_dir / COMPARISON_TABLE, {"rows": rows})
+        groups = compare.seed_groups(rows, results)
+        compare.plot(groups, rows, step.out_dir / COMPARISON_FIGURE)
+        atomic_write_json(step.out_dir / COMPARISON_TABLE, {"rows": rows, "groups": groups})
         step.output(COMPARISON_FIGURE)
         step.output(COMPARISON_TABLE)
     return step.sentinel
