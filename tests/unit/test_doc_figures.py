@@ -1,33 +1,37 @@
-"""Every figure the docs mark comes from a committed record (rffm.report.figures, rffm.report.measurement).
+"""Every figure the docs state comes from a committed record or is declared a constant (rffm.report.figures,
+rffm.report.measurement).
 
-README.md, workflow/docs/performance.md and config/README.md agree with workflow/docs/records/ (the passages still
-copied by hand are counted and reported, not failed); a hand-edited figure and a marker naming a missing record are
-refused, and following each printed Fix (`rffm figures`; `rffm record NAME -- COMMAND`) makes the check pass.
+Every Markdown document of the checkout agrees with workflow/docs/records/ and states no figure that is neither marked
+from a record nor declared a constant; a hand-edited figure, a marker naming a missing record and an invented figure
+(in README.md or concepts.md) are refused, and following each printed Fix (`rffm figures`; `rffm record NAME --
+COMMAND`; a rec or const marker before the figure) makes the check pass.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from fixes import fix_of, run_fix
-from rffm.report.figures import Records, differences, figures, formatted, unrecorded, value_at
+from rffm.report.figures import Records, differences, documents, figures, formatted, unmarked, unrecorded, value_at
 from rffm.report.measurement import last_json
 
 ROOT = Path(__file__).parents[2]
 RECORDS = ROOT / "workflow/docs/records"
-DOCS = ["README.md", "workflow/docs/performance.md", "config/README.md"]
+DOCS = documents(ROOT)
 
 
-def test_marked_figures_in_the_docs_equal_their_records():
+def test_every_figure_in_the_docs_is_from_its_record_or_a_constant():
     problems, marked, remaining = [], 0, []
     for document in DOCS:
         text = (ROOT / document).read_text()
-        problems += differences(text, document, Records(RECORDS))
+        problems += differences(text, document, Records(RECORDS)) + unmarked(text, document)
         marked += len(figures(text, document))
         remaining += [f"{document}: {why}" for _, why, _ in unrecorded(text)]
     assert not problems, "\n".join(problems)
@@ -35,12 +39,20 @@ def test_marked_figures_in_the_docs_equal_their_records():
     assert not remaining, "passages copied by hand, with no record:\n" + "\n".join(remaining)
 
 
+def test_every_markdown_document_of_the_checkout_is_checked():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: no list of tracked documents")
+    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert {"README.md", "workflow/docs/concepts.md", "config/REFERENCE.md"} <= set(DOCS)
+    assert set(listed) <= set(DOCS), set(listed) - set(DOCS)
+
+
 def _copy_docs(tmp_path: Path) -> Path:
-    """The marked documents and the records, in a checkout-shaped folder."""
+    """Every document and the records, in a checkout-shaped folder."""
     for document in DOCS:
         (tmp_path / document).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / document, tmp_path / document)
-    shutil.copytree(RECORDS, tmp_path / "workflow/docs/records")
+    shutil.copytree(RECORDS, tmp_path / "workflow/docs/records", dirs_exist_ok=True)
     return tmp_path
 
 
@@ -120,9 +132,91 @@ def test_compare_json_is_the_rows_the_table_is_rendered_from(tmp_path):
         "<!-- rec name -->0.5",
         "<!-- rec-block r1 printed -->\nno fence\n",
         "<!-- rec r1 output.P1 .2f -->n/a",
+        "<!-- constants: why -->1.5 s",
+        "<!-- const -->n/a",
     ],
-    ids=["unclosed passage", "rec without a path", "block without its fence", "rec without a number"],
+    ids=[
+        "unclosed passage",
+        "rec without a path",
+        "block without its fence",
+        "rec without a number",
+        "unclosed constants",
+        "const without a figure",
+    ],
 )
 def test_a_marker_the_parser_cannot_read_is_refused(text: str, tmp_path: Path):
     (tmp_path / "r1.json").write_text(json.dumps({"output": {"P1": 0.5}, "printed": []}))
     assert differences(text, "doc.md", Records(tmp_path))
+
+
+INVENTED = ["(0.999 test accuracy)", "~75x cheaper", "took 12.5 s", "3.1 GB/s", "+0.042 ± 0.006"]
+
+
+def _insert(work: Path, document: str, sentence: str) -> int:
+    """Append a sentence to the first paragraph after a copied document's title; the line it is on."""
+    path = work / document
+    text = path.read_text()
+    end = text.index("\n\n", text.index("\n\n") + 2)
+    path.write_text(f"{text[:end]} It is {sentence}.{text[end:]}")
+    return text.count("\n", 0, end) + 1
+
+
+def _marked(work: Path, document: str, line: int, figure: str, marker: str) -> None:
+    """The copied document with `marker` right before the first unmarked `figure` on a line."""
+    path = work / document
+    lines = path.read_text().split("\n")
+    text = lines[line - 1]
+    start = next(m.start() for m in re.finditer(re.escape(figure), text) if not text[: m.start()].endswith("-->"))
+    lines[line - 1] = text[:start] + marker + text[start:]
+    path.write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize("document", ["README.md", "workflow/docs/concepts.md"])
+@pytest.mark.parametrize("sentence", INVENTED)
+def test_an_invented_figure_is_refused_is_fixed_by_declaring_it_a_constant(document: str, sentence: str, tmp_path: Path):
+    work = _copy_docs(tmp_path)
+    line = _insert(work, document, sentence)
+    problems = unmarked((work / document).read_text(), document)
+    numbers = re.findall(r"[-+]?\d[\d.]*(?: ?(?:s|x|GB/s))?", sentence)
+    assert len(problems) == len(numbers), problems
+    for problem, number in zip(problems, numbers, strict=True):
+        assert problem.startswith(f"{document}:{line}: {number!r} ") and " Fix: " in problem, problem
+        marker = re.search(r"<!-- const -->", fix_of(problem)).group(0)  # what the Fix says to write, literally
+        _marked(work, document, line, number, marker)
+    assert not unmarked((work / document).read_text(), document)
+    run_fix("rffm figures --check", work)
+
+
+def test_an_invented_figure_is_fixed_by_marking_it_from_its_record(tmp_path: Path):
+    work = _copy_docs(tmp_path)
+    line = _insert(work, "workflow/docs/concepts.md", "took 12.5 s")
+    (problem,) = unmarked((work / "workflow/docs/concepts.md").read_text(), "workflow/docs/concepts.md")
+    fix = fix_of(problem)
+    marker = re.search(r"<!-- rec NAME PATH FORMAT -->", fix).group(0)
+    record = re.search(r"`(rffm record NAME -- COMMAND)`", fix).group(1)
+    command = f'{sys.executable} -c \'print("{{\\"wall\\": 12.47}}")\''
+    run_fix(record.replace("NAME", "probe_took").replace("COMMAND", command), work)
+    filled = marker.replace("NAME", "probe_took").replace("PATH", "output.wall").replace("FORMAT", ".1f")
+    _marked(work, "workflow/docs/concepts.md", line, "12.5 s", filled)
+    run_fix("rffm figures --check", work)
+
+
+@pytest.mark.parametrize(
+    ("text", "flagged"),
+    [
+        ("lr <!-- const -->0.003 and <!-- constants: prices -->$0.85/h, 375 GB<!-- /constants -->", []),
+        ("a key `lr=0.003`, a link [x](a-0.5.md), a name RadioML 2016.10a, torch 2.13.0 on 127.0.0.1", []),
+        ("```bash\nrffm bench --size-gb 1.6  # 12.5 s\n```", []),
+        ("```\nprinted: 12.5 s\n```", ["12.5 s"]),
+        ("shown as code, a figure alone is still one: `0.999`", ["0.999"]),
+        ("11 classes, 1,040 steps, issue 47, 2026-12-05, 20 SNRs from -20 to 18 dB", []),
+        (
+            "0.570, 25%, 67.7x, 10× the data, 2 min, 3 h, 36 MB, 713 GiB, 2 SE",
+            ["0.570", "25%", "67.7x", "10×", "2 min", "3 h", "36 MB", "713 GiB", "2 SE"],
+        ),
+        ("<!-- BEGIN config-reference: generated -->\n| `a` | `1.1` | 0.5 |\n<!-- END config-reference -->", []),
+    ],
+    ids=["declared", "code, links, names", "code block", "printed block", "lone figure in code", "integers", "figures", "generated"],
+)
+def test_what_counts_as_a_figure(text: str, flagged: list[str]):
+    assert [problem.split("'")[1] for problem in unmarked(text, "doc.md")] == flagged

@@ -160,11 +160,13 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--cwd", help="run the command in this folder (its git HEAD is the record's commit; default: here)")
     sub.add_argument("--note", help="what the command alone does not say, e.g. 'from a clean clone, setup included'")
     text = "Rewrite every figure the docs mark (<!-- rec NAME PATH FORMAT -->) from the records; --check: only list the differences."
+    text += " Either way, a figure neither from a record nor declared <!-- const --> is an error."
     sub = verb(figures, text)
-    docs = ["README.md", "workflow/docs/performance.md", "config/README.md"]
-    sub.add_argument("docs", nargs="*", default=docs, help="the documents (default: README.md, performance.md, config/README.md)")
+    help_docs = "the documents (default: every Markdown document of the checkout: README.md, config/, profiles/, workflow/docs/)"
+    sub.add_argument("docs", nargs="*", help=help_docs)
     sub.add_argument("--records", default="workflow/docs/records", help="the records folder (default: workflow/docs/records)")
-    sub.add_argument("--check", action="store_true", help="change nothing; exit 1 when a marked figure differs from its record")
+    help_check = "change nothing; exit 1 when a marked figure differs from its record or a figure is neither recorded nor a constant"
+    sub.add_argument("--check", action="store_true", help=help_check)
 
     bench = verbs.add_parser("bench", help="Benchmarks that print measured ratios (last line: JSON).")
     benches = bench.add_subparsers(dest="bench", required=True)

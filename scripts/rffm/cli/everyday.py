@@ -258,9 +258,10 @@ def record(args: argparse.Namespace) -> int:
 
 
 def figures(args: argparse.Namespace) -> int:
+    from rffm.report.figures import documents
     from rffm.report.figures import main as regenerate
 
-    return regenerate(args.docs, Path(args.records), check=args.check)
+    return regenerate(args.docs or documents(Path(".")), Path(args.records), check=args.check)
 
 
 def bench_cache(args: argparse.Namespace) -> int:
