@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_config, tiny_text
+from conftest import tiny_cnn, tiny_config, tiny_text
 from fixes import run_fix
 from rffm import config
 from rffm.cli import main
@@ -184,6 +184,7 @@ def test_every_oneof_of_the_schema_has_its_words_and_its_fix_works(path: tuple, 
     """A value no branch accepts names what each accepts; writing the first of them passes."""
     monkeypatch.chdir(tmp_path)
     c = tiny_config()
+    c["references"] = {"cnn": tiny_cnn()}  # the tiny config has none: a oneOf under references needs an entry
     parent = c
     for key in path[:-1]:  # '*': the tiny config's entry of that section
         parent = parent[next(iter(parent)) if key == "*" else key]

@@ -155,7 +155,7 @@ def test_an_end_to_end_reference_plans_only_its_own_jobs_and_the_comparison(work
     roles = [line.split()[:4] for line in shown.splitlines()[1:3]]
     member = json.loads((workdir / "results/runs/cnn/qualification/run_manifest.json").read_text())["selection"]["member"]
     assert member in ("lr=0.01", "lr=0.03")
-    assert roles == [["all", "frozen", "backbone", "base"], ["all", "end-to-end", "cnn", f"[{member}]"]]  # `name [member]`
+    assert roles == [["all", "frozen", "backbone", "base"], ["all", "end-to-end", "cnn", f"[{member}]*"]]  # `name [member]`, *: strongest
     assert (workdir / "results/report/comparison/comparison.png").stat().st_size > 0
     command = [str(BIN / "rffm"), "status", "results", "--config", "config.yaml"]
     status = subprocess.run(command, cwd=workdir, capture_output=True, text=True).stdout
