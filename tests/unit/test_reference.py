@@ -89,7 +89,8 @@ def test_compare_prints_the_reference_as_end_to_end_with_its_wall_time(dataset_d
     train_and_qualify(dataset_dir, results, spec())
     rows = compare.collect(results)
     assert [(r["run"], r["role"]) for r in rows] == [("cnn", "end-to-end")]
-    assert rows[0]["wall_s"] is not None and rows[0]["wall_s"] > 0
+    durations = [compare._duration(results / f"runs/cnn/{step}") for step in ("selection", "qualification")]
+    assert None not in durations and rows[0]["wall_s"] == round(sum(durations), 1)  # the steps' recorded durations, summed
     groups = compare.seed_groups(rows, results)
     assert groups[0]["runs"] == ["cnn"] and groups[0]["strongest"] and groups[0]["vs_end_to_end"] is None
     text = compare.render(rows, groups)
