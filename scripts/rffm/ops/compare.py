@@ -410,10 +410,11 @@ def render(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
     header += [f"{title} ± paired SE" for _, _, title in COUNTERPARTS]
     header += ["val members", "optimizer steps (* computed)", "step time", "test exposure: run (split)"]
     table = [header]
+    members = {r["run"]: r.get("member") for r in rows}  # a sweep's chosen member, by run
     for g in groups:
         wall = "-" if g["wall_s"] is None else f"{g['wall_s']:.0f} s"
         steps = "-" if g.get("optimizer_steps") is None else f"{g['optimizer_steps']}{'*' if g.get('optimizer_steps_computed') else ''}"
-        member = next((r["member"] for r in rows if r["run"] == g["runs"][0] and r.get("member")), None)
+        member = members.get(g["runs"][0])
         table.append(
             [
                 labels_text(g.get("labels")),
