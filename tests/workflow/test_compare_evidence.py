@@ -18,7 +18,7 @@ import pytest
 from conftest import copy_workdir
 from rffm.cli import main
 from rffm.model.metrics import CORRECT_KEY, unpack_correct
-from rffm.ops import compare
+from rffm.ops import compare, pairing, status
 from rffm.records import ledger
 from rffm.records.store import PosixStore
 
@@ -90,3 +90,45 @@ def test_an_unequal_comparison_is_visible_in_the_table_is_fixed_by_budget_and_pa
     cnn = next(line for line in text.splitlines() if line.split()[1:3] == ["end-to-end", "cnn*"])
     assert " 8* " in cnn and compare.difference_text(rows["cnn"]["vs_floor"]) in cnn
     assert "figures on it are optimistic" not in text  # every qualification on the split is shown
+
+
+def test_a_design_compared_on_val_carries_its_paired_se_in_status_and_compare(matrix_tree: Path):
+    """Issue 48 (design on val): each selected result's per-example val correctness is recorded (as many right as its
+    selected val accuracy says); `rffm status` gives every selected row its paired val difference to the val leader
+    of its data set, and `rffm compare` each group its val difference to the strongest reference, both with McNemar's
+    SE from those records."""
+    results = matrix_tree / "results"
+    rows = {r["run"]: r for r in status.collect(results)}
+    selected = {run: r for run, r in rows.items() if r.get("selected_epoch") is not None}
+    correct = {run: pairing.val_correctness(results / "runs" / run) for run in selected}
+    assert {"base", "floor", "sweep", "cnn"} <= set(selected)
+    for run, vector in correct.items():
+        assert vector is not None and vector.mean() == pytest.approx(
+            compare.chosen_val_accuracy(
+                results / "runs" / run, json.loads((results / f"runs/{run}/qualification/run_manifest.json").read_text())
+            )
+        ), run
+    by_size: dict[int, list[str]] = {}
+    for run, vector in correct.items():
+        by_size.setdefault(len(vector), []).append(run)
+    for runs in by_size.values():
+        leader = max(runs, key=lambda run: correct[run].mean())  # ties: either may lead, both then differ by 0
+        assert sum(bool(selected[run]["val_leader"]) for run in runs) == 1
+        for run in runs:
+            pair = selected[run]["val_vs_leader"]
+            if selected[run]["val_leader"]:
+                assert pair is None and correct[run].mean() == correct[leader].mean()
+                continue
+            b, c = pair["discordant"]
+            n = len(correct[run])
+            assert pair["difference"] == pytest.approx(correct[run].mean() - correct[pair["run"]].mean())
+            assert pair["se"] == pytest.approx(math.sqrt((b + c) - (b - c) ** 2 / n) / n) and pair["difference"] <= 0
+    assert "val vs leader ± paired SE" in status.render(list(rows.values())).splitlines()[0]
+
+    compared = compare.collect(results)
+    groups = {g["group"]: g for g in compare.seed_groups(compared, results)}
+    val = groups["base"]["val_vs_end_to_end"]
+    assert val["group"] == "cnn" and val["se"] is not None and val["n"] == len(correct["base"])
+    assert val["difference"] == pytest.approx(correct["base"].mean() - correct["cnn"].mean())
+    assert groups["cnn"]["val_vs_end_to_end"] is None  # the strongest reference itself
+    assert "val: vs strongest ± paired SE" in compare.render(compared, list(groups.values())).splitlines()[0]

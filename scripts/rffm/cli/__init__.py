@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     sub = verb(compare, text)
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
+    help_records = "where the records the config's `design` names are (default: workflow/docs/records)"
+    sub.add_argument("--records", default="workflow/docs/records", help=help_records)
     sub.add_argument(
         "--json", action="store_true", help="print the rows as one JSON object on stdout, nothing else (the table goes to stderr)"
     )
@@ -159,6 +161,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--out-dir", default="workflow/docs/records", help="the records folder (default: workflow/docs/records)")
     sub.add_argument("--cwd", help="run the command in this folder (its git HEAD is the record's commit; default: here)")
     sub.add_argument("--note", help="what the command alone does not say, e.g. 'from a clean clone, setup included'")
+    help_reads = "a file or results tree the command reads or builds that its arguments do not name (e.g. results for make run)"
+    sub.add_argument("--reads", action="append", metavar="PATH", help=help_reads + "; its digests go into the record (repeatable)")
     text = "Rewrite every figure the docs mark (<!-- rec NAME PATH FORMAT -->) from the records; --check: only list the differences."
     text += " Either way, a figure neither from a record nor declared <!-- const --> is an error."
     sub = verb(figures, text)

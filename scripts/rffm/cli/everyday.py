@@ -27,14 +27,15 @@ def _judged(args: argparse.Namespace) -> tuple[dict | None, object]:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from rffm.ops.compare import collect, render, seed_groups
+    from rffm.ops.compare import collect, design_records, render, seed_groups
 
-    _, judgment = _judged(args)
+    given, judgment = _judged(args)
     rows = collect(args.results_dir, judgment.config, unknown=judgment.unknown)
     if not rows:
         print(f"no qualified runs or references under {args.results_dir}/{RUNS}", file=sys.stderr if args.json else sys.stdout)
         return 1
     groups = seed_groups(rows, args.results_dir)
+    design_records(given or judgment.config, groups, args.records)  # the design is what the config says now
     _print_rows(rows, render(rows, groups), args.json, groups=groups)
     return 0
 
@@ -253,7 +254,7 @@ def record(args: argparse.Namespace) -> int:
     from rffm.report.measurement import record as write_record
 
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
-    write_record(args.name, command, Path(args.out_dir), Path(args.cwd) if args.cwd else None, args.note)
+    write_record(args.name, command, Path(args.out_dir), Path(args.cwd) if args.cwd else None, args.note, args.reads or [])
     return 0
 
 

@@ -63,6 +63,9 @@ def reference_errors(config: dict[str, Any]) -> list[str]:
         if reference.get("dataset") not in config.get("datasets", {}):
             defined = ", ".join(sorted(config.get("datasets", {}))) or "none"
             problems.append(f"references.{name}.dataset: {reference.get('dataset')!r} is not defined under datasets (defined: {defined})")
+    for name in config.get("design", {}):
+        if name not in config.get("runs", {}) and name not in config.get("references", {}):
+            problems.append(f"design.{name}: names no run or reference. Fix: key it by the id of the run or reference the design is behind")
     return problems
 
 

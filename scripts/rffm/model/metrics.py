@@ -9,6 +9,8 @@ import numpy as np
 
 # The qualification metrics' key of the per-example correctness: base64 of numpy.packbits over the test rows in order.
 CORRECT_KEY = "correct_by_example"
+# The validation metrics' key of the same, over the val rows in order: a design compared on val pairs its results on it.
+VAL_CORRECT_KEY = "val_correct_by_example"
 
 
 def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, n_classes: int) -> np.ndarray:

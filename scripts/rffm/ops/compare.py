@@ -36,8 +36,9 @@ import numpy as np
 
 from rffm.backbone_kinds import RANDOM
 from rffm.config.seeds import group_of
-from rffm.errors import IntegrityError
+from rffm.errors import IntegrityError, RffmError
 from rffm.model.metrics import CORRECT_KEY, unpack_correct
+from rffm.ops.pairing import paired_se, val_correctness
 from rffm.records import provenance
 from rffm.records.layout import (
     EPOCHS,
@@ -51,6 +52,7 @@ from rffm.records.layout import (
     backbone_folder,
     cache_folder,
     qualification_folder,
+    run_folder,
     split_file,
 )
 from rffm.records.ledger import split_id
@@ -228,15 +230,6 @@ def split_qualifications(store: PosixStore, split_digest: str | None) -> list[st
     return sorted(Path(key).name.removesuffix(".json") for key in keys if key.endswith(".json"))
 
 
-def paired_se(mine: np.ndarray, theirs: np.ndarray) -> dict[str, Any]:
-    """Difference in accuracy (mine - theirs) on the same n examples and its paired (McNemar) standard error,
-    sqrt((b + c) - (b - c)^2 / n) / n, b: examples only mine got right, c: only theirs."""
-    n = len(mine)
-    b, c = int((mine & ~theirs).sum()), int((~mine & theirs).sum())
-    se = math.sqrt(max(0.0, (b + c) - (b - c) ** 2 / n)) / n if n else float("nan")
-    return {"difference": (b - c) / n if n else float("nan"), "se": se, "n": n, "discordant": [b, c]}
-
-
 def paired_difference(
     row: dict[str, Any], rows: list[dict[str, Any]], role: str, correct: dict[str, np.ndarray | None], group: str | None = None
 ) -> dict | None:
@@ -265,6 +258,7 @@ def seed_groups(rows: list[dict[str, Any]], results_dir: str | Path) -> list[dic
     for r in rows:
         members.setdefault((r["group"], r["role"], *_key(r)), []).append(r)
     correct = {r["run"]: correctness(results / qualification_folder(r["run"]), None) for r in rows}
+    val_correct = {r["run"]: val_correctness(results / run_folder(r["run"])) for r in rows}
     strongest = strongest_references(rows)
     groups = []
     for (name, role, labels, split), runs in members.items():
@@ -281,6 +275,7 @@ def seed_groups(rows: list[dict[str, Any]], results_dir: str | Path) -> list[dic
                 "seeds": len(runs),
                 **{key: spread([r[key] for r in runs]) for key in ("accuracy", "accuracy_high_snr", "macro_f1")},
                 "val_accuracy": mean_or_none([r.get("val_accuracy") for r in runs]),
+                "val": None if (val := [r.get("val_accuracy") for r in runs]) and None in val else spread(val),
                 "high_snr_db": first["high_snr_db"],
                 "members": first.get("members"),
                 "optimizer_steps": first.get("optimizer_steps"),
@@ -295,6 +290,7 @@ def seed_groups(rows: list[dict[str, Any]], results_dir: str | Path) -> list[dic
         reference = next((o for o in groups if o["strongest"] and _same(o, g)), None)
         g["vs_floor"] = None if g["role"] == "floor" else group_difference(g, floor, correct)
         g["vs_end_to_end"] = None if g["strongest"] else group_difference(g, reference, correct)
+        g["val_vs_end_to_end"] = None if g["strongest"] or not g["val"] else group_difference(g, reference, val_correct, "val")
     return groups
 
 
@@ -313,21 +309,24 @@ def spread(values: list[float]) -> dict[str, Any]:
     return {"mean": float(np.mean(values)), "sd": sd, "min": float(min(values)), "max": float(max(values))}
 
 
-def group_difference(mine: dict[str, Any], theirs: dict[str, Any] | None, correct: dict[str, np.ndarray | None]) -> dict | None:
-    """{group, difference, se, n, seed_spread, verdict}: the difference of the mean test accuracies, the paired SE of
+def group_difference(
+    mine: dict[str, Any], theirs: dict[str, Any] | None, correct: dict[str, np.ndarray | None], figure: str = "accuracy"
+) -> dict | None:
+    """{group, difference, se, n, seed_spread, verdict}: the difference of the mean accuracies (`figure`: "accuracy" on
+    test, "val" on val, with `correct` the per-example records of that split), the paired SE of
     the per-example mean correctness over each group's seeds, sqrt(mean(d^2) - mean(d)^2) / sqrt(n) (McNemar's for one
     seed each; None without every per-example record), the seed spread sqrt(sd_a^2 + sd_b^2) (None where a group has
     one seed) and what the difference is (`verdict`)."""
-    if theirs is None:
+    if theirs is None or not theirs.get(figure):
         return None
-    difference = mine["accuracy"]["mean"] - theirs["accuracy"]["mean"]
+    difference = mine[figure]["mean"] - theirs[figure]["mean"]
     vectors = [[correct.get(run) for run in g["runs"]] for g in (mine, theirs)]
     se, n = None, None
     if all(v is not None for side in vectors for v in side) and len({len(v) for side in vectors for v in side}) == 1:
         d = np.mean(vectors[0], axis=0) - np.mean(vectors[1], axis=0)
         n = len(d)
         se = math.sqrt(max(0.0, float(np.mean(d**2) - np.mean(d) ** 2)) / n) if n else None
-    sds = (mine["accuracy"]["sd"], theirs["accuracy"]["sd"])
+    sds = (mine[figure]["sd"], theirs[figure]["sd"])
     seed_spread = None if None in sds else math.sqrt(sds[0] ** 2 + sds[1] ** 2)
     judged = verdict(difference, se, seed_spread)
     return {"group": theirs["group"], "difference": difference, "se": se, "n": n, "seed_spread": seed_spread, "verdict": judged}
@@ -406,7 +405,7 @@ def render(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
     from rffm.ops.status import exposure_words
 
     header = ["labels", "role", "run", "seeds", "dataset", "backbone / model", "test acc (mean ±sd [min-max])", f"acc >={high:g} dB"]
-    header += ["macro-F1", "val acc"]
+    header += ["macro-F1", "val acc", "val: vs strongest ± paired SE"]
     header += [f"{title} ± paired SE" for _, _, title in COUNTERPARTS]
     header += ["val members", "optimizer steps (* computed)", "step time", "test exposure: run (split)"]
     table = [header]
@@ -427,6 +426,7 @@ def render(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
                 f"{g['accuracy_high_snr']['mean']:.3f}",
                 f"{g['macro_f1']['mean']:.3f}",
                 "-" if g["val_accuracy"] is None else f"{g['val_accuracy']:.3f}",
+                comparison_text(g.get("val_vs_end_to_end")),
                 *(comparison_text(g.get(key)) for _, key, _ in COUNTERPARTS),
                 "-" if g.get("members") is None else str(g["members"]),
                 steps,
@@ -438,6 +438,7 @@ def render(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines += exposure_flags(rows)
     lines += headline(groups)
+    lines += design_lines(groups)
     lines.append(
         "step time: the sum of the recorded durations of the steps after staging (backbone, cache, epochs, selection, "
         "qualification; end-to-end: training, qualification), each from its work's start to its end: not the process "
@@ -454,9 +455,46 @@ def render(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
         "examples both were scored on (of one seed each McNemar's sqrt((b + c) - (b - c)^2 / n) / n, b and c the examples only "
         "one got right; over seeds that of the per-example mean correctness; ?: a result qualified before per-example "
         "correctness was recorded); spread: the seed spread sqrt(sd_a^2 + sd_b^2); a lead (or behind) only beyond both 2 "
-        "paired SEs and the seed spread, else which one it is within"
+        "paired SEs and the seed spread, else which one it is within; val: the same on the val split, from the selected epoch's "
+        "per-example val correctness (?: trained before it was recorded)"
     )
     return "\n".join(lines)
+
+
+def design_records(config: dict[str, Any] | None, groups: list[dict[str, Any]], records_dir: str | Path) -> None:
+    """Give each group the design behind its recipe (config `design`): {record, commit, variants: [{run, val}]} per
+    record named, from its rows (`rffm status --json`: best_value; `rffm compare --json`: val_accuracy), and
+    `val_variants`: those variants plus the members its selection tried (None: no design given)."""
+    design = (config or {}).get("design", {})
+    for g in groups:
+        entries = []
+        for name in design.get(g["group"], []):
+            path = Path(records_dir) / f"{name}.json"
+            try:
+                body = json.loads(path.read_text())
+                rows = body["output"]["rows"]
+            except (OSError, ValueError, KeyError, TypeError):
+                raise RffmError(
+                    f"design.{g['group']}: {path}: no record with rows. Fix: name a record of `rffm status --json` or "
+                    f"`rffm compare --json` there (rffm record {name} -- rffm status RESULTS --json), or drop it from design.{g['group']}"
+                ) from None
+            variants = [{"run": r["run"], "val": r.get("best_value", r.get("val_accuracy"))} for r in rows]
+            entries.append({"record": name, "commit": body.get("commit"), "variants": variants})
+        g["design"] = entries
+        g["val_variants"] = sum(len(e["variants"]) for e in entries) + (g.get("members") or 0) if entries else None
+
+
+def design_lines(groups: list[dict[str, Any]]) -> list[str]:
+    """One line per group with a design: how many variants were compared on val before it, from which records."""
+    lines = []
+    for g in groups:
+        if g.get("design"):
+            records = ", ".join(f"{e['record']} ({len(e['variants'])} variants)" for e in g["design"])
+            lines.append(
+                f"design of {g['group']}: {g['val_variants']} settings compared on val in all - {records}, then "
+                f"{g.get('members') or 0} member(s) by its selection"
+            )
+    return lines
 
 
 def headline(groups: list[dict[str, Any]]) -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rffm.errors import IntegrityError
+from rffm.ops.pairing import against_leader, val_correctness
 from rffm.ops.verify import fixed, step_problems
 from rffm.records import ledger, provenance
 from rffm.records.layout import (
@@ -238,6 +239,7 @@ def collect(
     else:
         rows = [run_status(runs_dir / name, configured.get(name), full, judgment) for name in sorted({*configured, *judgment.unknown})]
     attach_running(rows, running_steps(results_dir, now), configured, (judgment.config or {}).get("backbones", {}))
+    attach_val_pairs(rows, runs_dir, configured)
     if judgment.config is None:
         return rows
     return rows + [{"run": name, "state": "stale"} for name in sorted(present - set(configured) - set(judgment.unknown))]
@@ -375,6 +377,30 @@ def running_line(beat: dict[str, Any]) -> str:
     return f"running: {what} {count}{rate}{left} (updated {age} ago)"
 
 
+def attach_val_pairs(rows: list[dict[str, Any]], runs_dir: Path, plans: dict[str, Any]) -> None:
+    """Give each row `val_vs_leader`: its paired val difference (± SE) to the best selected row of its data set on val
+    (rffm.ops.pairing; None: not selected, no per-example val record, or the leader itself: `val_leader`)."""
+    by_dataset: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        vector = val_correctness(runs_dir / r["run"]) if r.get("selected_epoch") is not None else None
+        by_dataset.setdefault((plans.get(r["run"]) or {}).get("dataset"), {})[r["run"]] = vector
+    for correct in by_dataset.values():
+        scores = {run: float(vector.mean()) for run, vector in correct.items() if vector is not None and len(vector)}
+        pairs = against_leader(correct, scores)
+        for r in rows:
+            if r["run"] in correct:
+                r["val_vs_leader"] = pairs[r["run"]]
+                r["val_leader"] = r["run"] in scores and pairs[r["run"]] is None
+
+
+def val_pair_words(row: dict[str, Any]) -> str:
+    """'-0.008 ± 0.004 (rf)': the val difference to the leader and its paired SE; 'leader'; '-': none."""
+    pair = row.get("val_vs_leader")
+    if pair is None:
+        return "leader" if row.get("val_leader") else "-"
+    return f"{pair['difference']:+.3f} ± {pair['se']:.3f} ({pair['run']})"
+
+
 def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     """Plain-text table, then one line per running step, then every integrity problem, then the stale runs, then one
     manifest path per qualified run."""
@@ -384,7 +410,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
     metrics = sorted({r["metric"] for r in rows}) or ["-"]
     mixed = len(metrics) > 1
     best_header = "best val metric" if mixed else f"best {metrics[0]}"
-    header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "artifact", "test acc"]
+    header = ["run", "state", "epochs", f"{best_header} @epoch", "selected", "val vs leader ± paired SE", "artifact", "test acc"]
     header += [f"acc >={high:g} dB", "macro-F1", "test exposure: run (split)", "restored from memo"]
     header.append("verify" + (" (full)" if full else " (fast)"))
     table = [header]
@@ -399,6 +425,7 @@ def render(rows: list[dict[str, Any]], full: bool = False) -> str:
                 f"{r['epochs_done']}/{_fmt(r['epochs_planned']) if r['epochs_planned'] is not None else '?'}",
                 best,
                 _fmt(r["selected_epoch"]) + (f" [{r['selected_member']}]" if r.get("selected_member") else ""),
+                val_pair_words(r),
                 (r["artifact_sha256"] or "-")[:12],
                 _fmt(r["test_accuracy"]),
                 _fmt(r["test_high_snr"]["accuracy"] if r.get("test_high_snr") else None),

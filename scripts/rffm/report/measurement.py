@@ -12,7 +12,10 @@ from: rffm.report.figures), holding
   commit    the checkout's HEAD (and whether tracked files differed from it), date (UTC, the start);
   machine   CPU model, cores (online and usable by this process), RAM, GPUs (nvidia-smi), the load average before
             and after, the platform; never the host's name;
-  note      what the command alone does not say (e.g. "from a clean clone, setup included").
+  note      what the command alone does not say (e.g. "from a clean clone, setup included");
+  read      the sha256 of what the command read or built, so a reader can tell which results a figure came from:
+            every file its arguments (and --reads) name, and of a results tree they name (a folder holding runs/)
+            every run's manifest and selection record, each path as given (`results/runs/<run>/...`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from rffm.errors import RffmError
+from rffm.records.files import sha256_file
+from rffm.records.layout import MANIFEST_NAME, QUALIFICATION, RUNS, SELECTION, SENTINEL_NAME
 from rffm.records.manifest import source_revision
 
 RECORDS = Path("workflow/docs/records")  # relative to the checkout
@@ -126,7 +131,24 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def record(name: str, command: list[str], out_dir: Path, cwd: Path | None = None, note: str | None = None) -> Path:
+def read_digests(paths: list[str], folder: Path) -> dict[str, str]:
+    """{path as given: sha256} of each named file, and of each named results tree's run manifests and selection
+    records; a path that names neither (an option, a folder the command made for itself) is left out."""
+    digests: dict[str, str] = {}
+    for given in dict.fromkeys(p.partition("=")[2] if p.startswith("--") else p for p in paths):
+        path = folder / given
+        if not given:
+            continue
+        if path.is_file():
+            digests[given] = sha256_file(path)
+        elif (path / RUNS).is_dir():
+            for step in (f"{QUALIFICATION}/{MANIFEST_NAME}", f"{SELECTION}/{SENTINEL_NAME}"):
+                for found in sorted((path / RUNS).glob(f"*/{step}")):
+                    digests[f"{given.rstrip('/')}/{found.relative_to(path).as_posix()}"] = sha256_file(found)
+    return digests
+
+
+def record(name: str, command: list[str], out_dir: Path, cwd: Path | None = None, note: str | None = None, reads: list[str] = ()) -> Path:
     """Run the command and write out_dir/NAME.json (see the module docstring); a command that fails writes nothing."""
     if not name or "/" in name or "." in name or name.startswith("-"):
         raise RffmError(
@@ -157,6 +179,7 @@ def record(name: str, command: list[str], out_dir: Path, cwd: Path | None = None
         "cpu_s": round(cpu, 1),
         "exit_code": code,
         "note": note,
+        "read": read_digests([*command[1:], *reads], folder),
         "output": output,
         "printed": printed[-PRINTED_LINES:],
         "log": log[-PRINTED_LINES:],

@@ -20,7 +20,7 @@ from rffm.data.cache_reader import CacheSplit, prefetched
 from rffm.model import cnn
 from rffm.model import encoder as encoders
 from rffm.model.head import AttentionPoolHead
-from rffm.model.metrics import CORRECT_KEY, confusion_matrix, macro_f1, pack_correct, summarize
+from rffm.model.metrics import CORRECT_KEY, VAL_CORRECT_KEY, confusion_matrix, macro_f1, pack_correct, summarize
 from rffm.records.layout import SENTINEL_NAME, split_file
 from rffm.records.sentinel import require_intact
 from rffm.runtime import batching
@@ -30,12 +30,15 @@ from rffm.runtime.progress import Progress
 CNN_BATCH = 1024  # rows of IQ the reference CNN evaluates at once (validation and test)
 
 
-def val_metrics(loss: float, labels: np.ndarray, predicted: np.ndarray, classes: int) -> dict[str, float]:
-    """The validation metrics every model kind reports: val_loss (given), val_accuracy, val_macro_f1."""
+def val_metrics(loss: float, labels: np.ndarray, predicted: np.ndarray, classes: int) -> dict[str, Any]:
+    """The validation metrics every model kind reports: val_loss (given), val_accuracy, val_macro_f1, and which val
+    examples it got right (val_count, VAL_CORRECT_KEY: rffm status and compare pair two designs on them)."""
     return {
         "val_loss": loss,
         "val_accuracy": float((predicted == labels).mean()),
         "val_macro_f1": macro_f1(confusion_matrix(labels, predicted, classes)),
+        "val_count": int(len(labels)),
+        VAL_CORRECT_KEY: pack_correct(predicted == labels),
     }
 
 
@@ -46,7 +49,7 @@ def validate_heads(
     device: torch.device | None = None,
     phases: PhaseTimes | None = None,
     tracer: BatchTracer | None = None,
-) -> list[dict[str, float]]:
+) -> list[dict[str, Any]]:
     """val_metrics of each head on a cached split, in file order, from one pass: each batch is gathered once and fed to all."""
     device = device or torch.device("cpu")
     phases = phases or PhaseTimes()
@@ -69,7 +72,7 @@ def validate_heads(
     ]
 
 
-def validate_cnn(model: cnn.RadioMLCNN, iq: torch.Tensor, labels: np.ndarray) -> dict[str, float]:
+def validate_cnn(model: cnn.RadioMLCNN, iq: torch.Tensor, labels: np.ndarray) -> dict[str, Any]:
     """val_metrics of the reference CNN on a split held in memory, in file order."""
     model.eval()
     with torch.no_grad():

@@ -50,7 +50,7 @@ def train_cnn(
             running += loss.item() * len(rows)
             progress.update(1, loss=f"{loss.item():.4f}")
         metrics = {"epoch": epoch, "train_loss": running / len(iq), **validate_cnn(model, val_iq, val_split["label"].astype(np.int64))}
-        if not all(math.isfinite(v) for v in metrics.values()):
+        if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
             raise ConfigError(
                 f"references.{spec['run']}: epoch {epoch} has non-finite metrics ({metrics}); a diverged model is never selected"
             )
