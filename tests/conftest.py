@@ -309,13 +309,17 @@ def selected_tree(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "selected", build)
 
 
-def grid_config(colocate: str | None = None) -> dict:
+GRID_RUNS = {"second": (1, 2), "third": (2, 2), "fourth": (3, 1), "fifth": (4, 1)}  # run -> (seed, epochs)
+
+
+def grid_config(colocate: str | None = None, runs: int = 3) -> dict:
     """A grid on one cache (issue 36): the tiny run `base` as it is, plus `second` and `third` on its dataset and backbone
-    (2 epochs each, their own seeds, not exported); `colocate` sets cache.colocate (absent: the schema's default)."""
+    (2 epochs each, their own seeds, not exported) and, of a 5-run grid (issue 47), `fourth` and `fifth` (1 epoch each);
+    `colocate` sets cache.colocate (absent: the schema's default)."""
     config = tiny_config()
     base = config["runs"]["base"]
-    for name, seed in (("second", 1), ("third", 2)):
-        train = {**base["train"], "epochs": 2, "seed": seed}
+    for name, (seed, epochs) in list(GRID_RUNS.items())[: runs - 1]:
+        train = {**base["train"], "epochs": epochs, "seed": seed}
         config["runs"][name] = {"dataset": "tiny", "backbone": "mini", "train": train, "export": False}
     if colocate:
         config["cache"]["colocate"] = colocate
@@ -324,12 +328,12 @@ def grid_config(colocate: str | None = None) -> dict:
 
 @pytest.fixture(scope="session")
 def grid_tree(selected_tree: Path, tmp_path_factory) -> Path:
-    """The grid run locally to its validation selections, once per session (the selected tiny tree plus the two new
-    runs): the reference of the executors' co-location tests. Read it or copy it."""
+    """The 5-run grid run locally to its validation selections, once per session (the selected tiny tree plus the four
+    new runs): the reference of the executors' co-location tests. Read it or copy it."""
 
     def build(root: Path) -> None:
         workdir = copy_workdir(selected_tree, root / "work")
-        write_config(workdir, grid_config())
+        write_config(workdir, grid_config(runs=5))
         snakemake(workdir, "validation_selection")
 
     return built_once(tmp_path_factory, "grid", build) / "work"

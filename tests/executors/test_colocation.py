@@ -1,11 +1,12 @@
 """Co-location by cache on Google Batch (issues 36, 47; fake Batch API + GCS emulator, the real profile).
 
-A grid of three runs on one (dataset, backbone) cache (conftest.grid_config). With `cache.colocate: per-cache`
-(the default) the plan is one group job — one VM — that builds the cache once and trains every epoch of the three
-runs; with cache.runs_per_group 2, two group jobs (the build with two runs, then the third run, which builds its own
-copy); `per-run` plans a group job per run and the cache's own job. The real run (runs_per_group 2, its first VM
-preempted) has artifacts byte-identical to the local run of the grid (conftest.grid_tree: locally there are no
-groups, so it stands for every mode); the per-run groups run for real in test_googlebatch_guarantees.py.
+A grid of five runs on one (dataset, backbone) cache (conftest.grid_config). With `cache.colocate: per-cache`
+(the default) the plan is one group job — one VM — that builds the cache once and trains every epoch of the five
+runs; with cache.runs_per_group 2, three group jobs (the build with two runs, then two runs, then one, each of the
+later two building its own copy); `per-run` plans a group job per run and the cache's own job. The real run
+(runs_per_group 2, its first VM preempted) has artifacts byte-identical to the local run of the grid
+(conftest.grid_tree: locally there are no groups, so it stands for every mode); the per-run groups run for real in
+test_googlebatch_guarantees.py.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from conftest import BIN, JOB_HEADER, WARM, WILDCARDS, artifact_digests, grid_co
 
 BUCKET = "rffm-colocation"
 RESULTS = "rffm/results"
-EPOCHS = {"base": 3, "second": 2, "third": 2}
+EPOCHS = {"base": 3, "second": 2, "third": 2, "fourth": 1, "fifth": 1}
 GROUP_HEADER = re.compile(r"Group job (\S+) \(")
 
 
@@ -69,13 +70,13 @@ def emulator():
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
-    return make_checkout(tmp_path_factory.mktemp("checkout"), grid_config())
+    return make_checkout(tmp_path_factory.mktemp("checkout"), grid_config(runs=5))
 
 
 def dry_run(checkout: Path, emulator: str, colocate: str, runs_per_group: int | None = None) -> str:
     """`snakemake --profile profiles/gcp-batch -n validation_selection` as a user types it (the plan's notes need the
     command line), with cache.colocate (and cache.runs_per_group) set."""
-    config = grid_config(colocate)
+    config = grid_config(colocate, runs=5)
     if runs_per_group:
         config["cache"]["runs_per_group"] = runs_per_group
     write_checkout_config(checkout, config)
@@ -91,40 +92,43 @@ def test_per_cache_plans_one_group_job_and_per_run_todays_groups(checkout, emula
     per_cache = dry_run(checkout, emulator, "per-cache")
     every_epoch = [job for run in EPOCHS for job in epochs_of(run)]
     assert group_jobs(per_cache) == {"cache_tiny__mini": sorted(["build_cache[dataset=tiny, backbone=mini]", *every_epoch])}
-    assert "note: plan: cache tiny__mini: 1 cache build, 3 runs, 7 epochs in one group job holding 1 GPU (nvidia_gpu: one " \
+    assert "note: plan: cache tiny__mini: 1 cache build, 5 runs, 9 epochs in one group job holding 1 GPU (nvidia_gpu: one " \
         "nvidia-l4 per VM) (cache_tiny__mini: one VM or node; cache.colocate: per-cache)" in per_cache  # fmt: skip
     per_run = dry_run(checkout, emulator, "per-run")
     assert group_jobs(per_run) == {
         "cache_tiny__mini": ["build_cache[dataset=tiny, backbone=mini]"],
         **{f"train_{run}": epochs_of(run) for run in EPOCHS},
     }
-    assert "note: plan: cache tiny__mini: 4 cache builds (its own job and one on each run's node), 3 runs, 7 epochs in 3 group " \
+    assert "note: plan: cache tiny__mini: 6 cache builds (its own job and one on each run's node), 5 runs, 9 epochs in 5 group " \
         "jobs, each holding 1 GPU (nvidia_gpu: one nvidia-l4 per VM) (cache.colocate: per-run)" in per_run  # fmt: skip
 
 
 def test_a_group_holds_at_most_runs_per_group_runs(checkout, emulator):
-    """Issue 47: per-cache with cache.runs_per_group 2, the three runs are two group jobs: the cache's build with the
-    first two runs' epochs, and the third run's epochs (which build their own copy on their VM)."""
+    """Issue 47: per-cache with cache.runs_per_group 2, the five runs are three group jobs: the cache's build with the
+    first two runs' epochs, the next two runs' epochs (one job, though they share no job: planning.keep_parts_whole)
+    and the fifth's (each of the later two building its own copy on its VM)."""
     create_bucket(emulator, BUCKET)
     plan = dry_run(checkout, emulator, "per-cache", runs_per_group=2)
+    assert sorted(GROUP_HEADER.findall(plan)) == ["cache_tiny__mini", "cache_tiny__mini__part2", "cache_tiny__mini__part3"]
     assert group_jobs(plan) == {
         "cache_tiny__mini": sorted(["build_cache[dataset=tiny, backbone=mini]", *epochs_of("base"), *epochs_of("second")]),
-        "cache_tiny__mini__part2": epochs_of("third"),
+        "cache_tiny__mini__part2": sorted([*epochs_of("third"), *epochs_of("fourth")]),
+        "cache_tiny__mini__part3": epochs_of("fifth"),
     }
-    assert "note: plan: cache tiny__mini: 2 cache builds, 3 runs, 7 epochs in 2 group jobs of at most 2 runs, each holding " \
+    assert "note: plan: cache tiny__mini: 3 cache builds, 5 runs, 9 epochs in 3 group jobs of at most 2 runs, each holding " \
         "at most 1 GPU (nvidia_gpu: one nvidia-l4 per VM) (cache.runs_per_group: 2; " in plan  # fmt: skip
 
 
-FIRST, PART = ("base", "second"), ("third",)  # the runs of the two group jobs at cache.runs_per_group 2
+FIRST, PARTS = ("base", "second"), (("third", "fourth"), ("fifth",))  # the runs of the 3 group jobs at runs_per_group 2
 
 
 @pytest.fixture(scope="module")
 def preempted_grid(checkout, emulator, tmp_path_factory) -> dict:
-    """The real run (per-cache, cache.runs_per_group 2) of the grid to its selections, with Batch retries on: two group
-    jobs, the cache's build with base's and second's epochs, then third's epochs; the fake preempts the first group's VM
-    once `base`'s epoch 2 is in the bucket's memo, and Batch (the fake) retries the task on a new VM."""
+    """The real run (per-cache, cache.runs_per_group 2) of the 5-run grid to its selections, with Batch retries on: three
+    group jobs, the cache's build with base's and second's epochs, third's and fourth's, then fifth's; the fake preempts
+    the first group's VM once `base`'s epoch 2 is in the bucket's memo, and Batch (the fake) retries the task on a new VM."""
     create_bucket(emulator, BUCKET)
-    config = grid_config()
+    config = grid_config(runs=5)
     config["cache"]["runs_per_group"] = 2
     write_checkout_config(checkout, config)
     epoch2 = {"stage": "train_epoch", "key": {"run": "base", "epoch": 2}}
@@ -137,8 +141,9 @@ def preempted_grid(checkout, emulator, tmp_path_factory) -> dict:
     )  # fmt: skip
     assert result.returncode == 0, output(result)
     [group] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-build-")]
-    [part] = [job for job in report["jobs"] if job["job_id"].startswith("cache-tiny-mini-part2-")]
-    return {"report": report, "group": group, "part": part, "objects": bucket_objects(emulator, BUCKET)}
+    parts = [[job for job in report["jobs"] if job["job_id"].startswith(f"cache-tiny-mini-part{n}-")] for n in (2, 3)]
+    assert [len(found) for found in parts] == [1, 1], [job["job_id"] for job in report["jobs"]]
+    return {"report": report, "group": group, "parts": [found[0] for found in parts], "objects": bucket_objects(emulator, BUCKET)}
 
 
 def epoch_targets(runs: tuple[str, ...]) -> list[str]:
@@ -146,18 +151,19 @@ def epoch_targets(runs: tuple[str, ...]) -> list[str]:
 
 
 def test_per_cache_groups_build_the_cache_once_per_group_job(preempted_grid, grid_tree):
-    """Issue 47 (issue 36 before it): at cache.runs_per_group 2 the three runs are two Batch jobs: the first builds the
-    cache and trains base's and second's epochs, none of which builds a cache; the second (third's epochs) builds its
-    own copy on its own VM in its first epoch: 2 cache builds for 3 runs. One L4 and one local SSD on each VM; every
-    artifact byte-identical to the local grid's (the first VM preempted once on the way: below)."""
-    report, group, part, objects = (preempted_grid[k] for k in ("report", "group", "part", "objects"))
+    """Issue 47, acceptance 2 (issue 36 before it): at cache.runs_per_group 2 the five runs are three Batch jobs: the
+    first builds the cache and trains base's and second's epochs, none of which builds a cache; the second (third's and
+    fourth's epochs) and the third (fifth's) each build their own copy on their own VM in their first epoch: 3 cache
+    builds for 5 runs. One L4 and one local SSD on each VM; every artifact byte-identical to the local grid's (the first
+    VM preempted once on the way: below)."""
+    report, group, parts, objects = (preempted_grid[k] for k in ("report", "group", "parts", "objects"))
     names = sorted(job["job_id"].rsplit("-", 1)[0] for job in report["jobs"])
-    assert names == sorted([group["job_id"].rsplit("-", 1)[0], part["job_id"].rsplit("-", 1)[0], "pretrain-backbone",
-                            *["select-checkpoint"] * 3, "stage-dataset"])  # fmt: skip
+    grouped = [job["job_id"].rsplit("-", 1)[0] for job in (group, *parts)]
+    assert names == sorted([*grouped, "pretrain-backbone", *["select-checkpoint"] * 5, "stage-dataset"])
     assert targets(group) == sorted(["build_cache:dataset=tiny,backbone=mini", *epoch_targets(FIRST)])
-    assert targets(part) == sorted(epoch_targets(PART))
+    assert [targets(part) for part in parts] == [sorted(epoch_targets(runs)) for runs in PARTS]
     assert [job for job in report["jobs"] if any(t.startswith("build_cache") for t in targets(job))] == [group]
-    for job in (group, part):
+    for job in (group, *parts):
         policy = instance(job)["policy"]
         assert [(a["type_"], a["count"]) for a in policy["accelerators"]] == [("nvidia-l4", "1")]
         assert [d["new_disk"]["size_gb"] for d in policy["disks"]] == ["375"], "one local SSD, never the members' sum"
@@ -165,16 +171,19 @@ def test_per_cache_groups_build_the_cache_once_per_group_job(preempted_grid, gri
     provenance = {run: [json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{e}/provenance.json"].download_as_text())
                         for e in range(1, EPOCHS[run] + 1)] for run in EPOCHS}  # fmt: skip
     built = sorted((run, p["epoch"]) for run, ps in provenance.items() for p in ps if "cache_build" in p)
-    assert built == [("third", 1)], "only the second group job's first epoch builds a copy of the cache"
+    # one copy in each later group job, by whichever of its runs' first epochs comes first (under the cache's lock)
+    assert len(built) == 2 and ("fifth", 1) in built and len({("third", 1), ("fourth", 1)} & set(built)) == 1, built
+    assert 1 + len(built) == 3  # cache builds: the build in the first group job, one copy in each other
     assert {p["job_id"] for run in FIRST for p in provenance[run]} == {group["name"]}
-    assert {p["job_id"] for run in PART for p in provenance[run]} == {part["name"]}
+    for part, runs in zip(parts, PARTS, strict=True):
+        assert {p["job_id"] for run in runs for p in provenance[run]} == {part["name"]}
     artifacts = {
         name.removeprefix(f"{RESULTS}/artifacts/"): hashlib.sha256(blob.download_as_bytes()).hexdigest()
         for name, blob in objects.items()
         if name.startswith(f"{RESULTS}/artifacts/")
     }
     reference = artifact_digests(grid_tree / "results")
-    assert len(reference) >= 3 and artifacts == reference
+    assert len(reference) >= 5 and artifacts == reference
 
 
 def test_a_preempted_group_resumes_every_run_from_the_memo_and_builds_the_cache_once_more(preempted_grid):
@@ -203,7 +212,7 @@ def test_a_preempted_group_resumes_every_run_from_the_memo_and_builds_the_cache_
     assert memo[("base", 1)] == memo[("base", 2)] == "0", memo
     for (run, epoch), trained_in in memo.items():
         record = json.loads(objects[f"{RESULTS}/runs/{run}/epochs/{epoch}/provenance.json"].download_as_text())
-        if run in PART:  # the second group job: one attempt, nothing restored
+        if run not in FIRST:  # the later group jobs: one attempt, nothing restored
             assert (attempt(record), trained_in) == ("0", "0") and "restored_from" not in record, (run, epoch)
             continue
         assert attempt(record) == "1", (run, epoch)  # every epoch's record of the first group job is the retry's

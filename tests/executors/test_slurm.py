@@ -73,13 +73,15 @@ SBATCH = re.compile(r"sbatch call: (.*)$", re.MULTILINE)
 
 @pytest.fixture(scope="module")
 def grid_through_slurm(cluster, tmp_path_factory) -> tuple[Path, str, dict[str, tuple[str, str]]]:
-    """One launch of `snakemake --profile slurm` on a grid on one cache (conftest.grid_config: the tiny run `base`, exported,
-    and `second` and `third` on its dataset and backbone; cache.colocate per-cache, the default), run to the end: the work
-    directory, Snakemake's output and the SLURM jobs it submitted. The test node has one GPU: --cores 1 lets the group run
+    """One launch of `snakemake --profile slurm` on a 5-run grid on one cache (conftest.grid_config: the tiny run `base`,
+    exported, and `second` to `fifth` on its dataset and backbone; cache.colocate per-cache, the default, with
+    cache.runs_per_group 2: three group jobs), run to the end: the work directory, Snakemake's output and the SLURM jobs
+    it submitted. The test node has one GPU: --cores 1 lets the group run
     one member at a time, so it books one GPU (with more cores it books one per epoch that can run at once)."""
     workdir = tmp_path_factory.mktemp("slurm") / "grid"
     workdir.mkdir()
-    config = grid_config()
+    config = grid_config(runs=5)
+    config["cache"]["runs_per_group"] = 2
     config["runs"]["base"]["export"] = True  # every rule on this executor, the export too
     write_config(workdir, config)
     known = set(slurm_jobs())
@@ -131,26 +133,35 @@ def test_the_tiny_workflow_runs_through_slurm(grid_through_slurm, finished_workd
 
 
 @pytest.mark.workflow
-def test_a_grid_on_one_cache_builds_it_once_in_one_sbatch_job(grid_through_slurm, grid_tree: Path):
-    """Issue 36, per-cache (the default): three runs on one cache are one sbatch job that builds the cache once and
-    trains every epoch; the artifacts are the local grid's, byte for byte."""
+def test_a_grid_of_five_runs_two_per_node_builds_the_cache_three_times(grid_through_slurm, grid_tree: Path):
+    """Issue 47, acceptance 2 (issue 36 before it): five runs on one cache at cache.runs_per_group 2 are three sbatch
+    group jobs: the first builds the cache and trains base's and second's epochs, the second third's and fourth's (one
+    job, though their epochs share no job: planning.keep_parts_whole), the third fifth's. On a cluster of several nodes
+    each later group job builds its own copy on its node (3 cache builds, as on Batch: test_colocation.py); this test
+    cluster is one node, whose scratch every job shares, so they find the first job's copy there and build none. The
+    artifacts are the local grid's, byte for byte."""
     workdir, output, jobs = grid_through_slurm
     assert jobs and all(state == "COMPLETED" for state, _ in jobs.values()), jobs
     rules = sorted(comment.split("_wildcards_")[0] for _, comment in jobs.values())
     grouped = "rule_cache_tiny__mini_build_cache_train_epoch"  # the group job's comment: its group and its rules
+    parts = ["rule_cache_tiny__mini__part2_train_epoch", "rule_cache_tiny__mini__part3_train_epoch"]
     per_run = ["rule_qualify", "rule_select_checkpoint"]
-    assert rules == sorted([grouped, "rule_export", "rule_pretrain_backbone", *per_run * 3, "rule_stage_dataset"]), rules
+    assert rules == sorted([grouped, *parts, "rule_export", "rule_pretrain_backbone", *per_run * 5, "rule_stage_dataset"]), rules
     [group] = [job for job, (_, comment) in jobs.items() if comment.split("_wildcards_")[0] == grouped]
-    [call] = [line for line in SBATCH.findall(output) if "rule_cache_tiny__mini" in line]
+    [call] = [line for line in SBATCH.findall(output) if "rule_cache_tiny__mini_build" in line]
     assert re.findall(r"--gpus=\d+", call) == ["--gpus=1"] and "--mem 32000" in call, call  # one member at a time
-    assert re.search(r" -t '?200\b", call), call  # 60 min + 7 epochs x 20 min: the members' runtimes summed
-    [log] = (workdir / ".snakemake/slurm_logs").glob(f"group_cache_tiny__mini*/{group}.log")
+    assert re.search(r" -t '?160\b", call), call  # 60 min + 5 epochs x 20 min: the members' runtimes summed
+    [log] = (workdir / ".snakemake/slurm_logs").glob(f"group_cache_tiny__mini_build*/{group}.log")
     [step] = [line for line in log.read_text().splitlines() if line.startswith("The call for this job is: srun")]
-    assert "--gpus=1 " in step and all(f"'train_epoch:run={run},epoch=1'" in step for run in ("base", "second", "third")), step
+    assert "--gpus=1 " in step and all(f"'train_epoch:run={run},epoch=1'" in step for run in ("base", "second")), step
 
     results = workdir / "results"
     assert read_json(results / "caches/tiny__mini/provenance.json")["job_id"] == group
-    epochs = [read_json(p) for p in sorted(results.glob("runs/*/epochs/*/provenance.json"))]
-    assert len(epochs) == 7 and {e["job_id"] for e in epochs} == {group}
-    assert not [e for e in epochs if "cache_build" in e], "an epoch built the cache again"
+    epochs = {p.parts[-4] + "/" + p.parts[-2]: read_json(p) for p in sorted(results.glob("runs/*/epochs/*/provenance.json"))}
+    assert len(epochs) == 9
+    assert {e["job_id"] for key, e in epochs.items() if key.split("/")[0] in ("base", "second")} == {group}
+    assert not [key for key, e in epochs.items() if "cache_build" in e], "the node's copy is found, never rebuilt"
+    later = {key.split("/")[0]: e["job_id"] for key, e in epochs.items() if key.split("/")[0] in ("third", "fourth", "fifth")}
+    assert later["third"] == later["fourth"] != later["fifth"] and group not in later.values()
+    assert {later["third"], later["fifth"]} == {job for job, (_, comment) in jobs.items() if "__part" in comment}
     assert artifact_digests(results) == artifact_digests(grid_tree / "results")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import immutables
 import pytest
 import yaml
+from snakemake.settings.types import GroupSettings
 
 from conftest import REPO, grid_config
 from rffm import config as rffm_config
@@ -154,3 +156,21 @@ def test_a_gpu_count_the_plan_cannot_read_says_nothing_of_gpus():
     assert planning.colocation_lines(filled(grid_config("per-cache")), unknown) == [
         HEAD + "1 cache build, 3 runs, 7 epochs in one group job (cache_tiny__mini: one VM or node; cache.colocate: per-cache)"
     ]
+
+
+def test_each_part_without_the_build_is_kept_one_group_job_of_its_runs():
+    """Issue 47: a later part's runs share no job (their epochs chains are unconnected components), which Snakemake
+    would submit one job each; the part's group gets as many components as it has runs (--group-components), the user's
+    own setting kept; a part of one run and per-run groups need none."""
+    placed = planning.colocation(study(5, runs_per_group=2))
+    assert planning.part_groups(placed) == {"cache_tiny__mini__part2": 2}
+    assert planning.part_groups(planning.colocation(study(5, colocate="per-run"))) == {}
+
+    class Workflow:
+        group_settings = GroupSettings(group_components=immutables.Map({"mine": 3, "cache_tiny__mini__part2": 4}))
+
+    planning.keep_parts_whole(Workflow, planning.part_groups(placed))
+    assert dict(Workflow.group_settings.group_components) == {"cache_tiny__mini__part2": 4, "mine": 3}  # the user's wins
+    Workflow.group_settings = GroupSettings()  # Snakemake's own, from the command line: set once more
+    planning.keep_parts_whole(Workflow, planning.part_groups(placed))
+    assert dict(Workflow.group_settings.group_components) == {"cache_tiny__mini__part2": 2}

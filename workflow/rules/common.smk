@@ -242,6 +242,8 @@ def epoch_profile_batches(wildcards):
 # read is also built by its own job). Looked up in one table built once (rffm.plan.planning.colocation); local runs
 # carry no groups (planning.groups_apply).
 GROUPS = planning.colocation(config) if planning.groups_apply(workflow) else None
+# a part's runs share no job: Snakemake would submit each as its own job (planning.keep_parts_whole)
+WHOLE_PARTS = planning.part_groups(GROUPS) if GROUPS else {}
 
 
 def cache_group(wildcards):
@@ -251,6 +253,7 @@ def cache_group(wildcards):
 
 def epoch_group(wildcards):
     """The epochs of a run: with its cache's build and other readers' epochs (per-cache) or its own job."""
+    planning.keep_parts_whole(workflow, WHOLE_PARTS)
     return GROUPS and GROUPS.epochs[wildcards.run]
 
 

@@ -121,8 +121,42 @@ def colocation(config: dict[str, Any]) -> Colocation:
             continue
         parts[key] = [runs[i : i + size] for i in range(0, len(runs), size)]
         for index, part in enumerate(parts[key]):
-            epochs.update({run: name if index == 0 else f"{name}__part{index + 1}" for run in part})
+            epochs.update({run: part_group(*key, index) for run in part})
     return Colocation(builds, epochs, parts)
+
+
+def part_groups(placed: Colocation) -> dict[str, int]:
+    """The group jobs of a cache part without its build: {group: its runs}. Their runs' chains of epochs share no job,
+    so each part is as many unconnected components as it has runs."""
+    return {
+        group: len(part)
+        for (dataset, backbone), parts in placed.parts.items()
+        for index, part in enumerate(parts)
+        if index > 0 and len(part) > 1 and placed.epochs[part[0]] == (group := part_group(dataset, backbone, index))
+    }
+
+
+def part_group(dataset: str, backbone: str, index: int) -> str:
+    """The name of a cache's part `index` (0: the one with the build)."""
+    name = f"cache_{dataset}__{backbone}"
+    return name if index == 0 else f"{name}__part{index + 1}"
+
+
+_KEPT_WHOLE: set[int] = set()  # the group settings keep_parts_whole has completed (Snakemake's, by id)
+
+
+def keep_parts_whole(workflow: Any, parts: dict[str, int]) -> None:
+    """Make each part one group job (one node or VM, one copy of the cache), as the plan says: Snakemake submits each
+    connected component of a group as a job of its own unless --group-components allows more, so each part's run count
+    (`parts`: part_groups) is set as its group's components, what the user passed with --group-components kept.
+
+    Called from the group callable: Snakemake replaces its group settings with the command line's after reading the
+    Snakefile and reads them once the DAG's groups are known, so this is the moment they are the ones it will use."""
+    settings = workflow.group_settings
+    if id(settings) in _KEPT_WHOLE or not parts:
+        return
+    settings.group_components = type(settings.group_components)({**parts, **dict(settings.group_components)})
+    _KEPT_WHOLE.add(id(settings))
 
 
 def groups_apply(workflow: Any) -> bool:
