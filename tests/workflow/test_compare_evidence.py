@@ -17,7 +17,7 @@ import pytest
 
 from conftest import copy_workdir
 from rffm.cli import main
-from rffm.model.metrics import CORRECT_KEY, unpack_correct
+from rffm.model.metrics import CORRECT_KEY, VAL_CORRECT_KEY, unpack_correct
 from rffm.ops import compare, pairing, status
 from rffm.records import ledger
 from rffm.records.store import PosixStore
@@ -124,6 +124,10 @@ def test_a_design_compared_on_val_carries_its_paired_se_in_status_and_compare(ma
             assert pair["difference"] == pytest.approx(correct[run].mean() - correct[pair["run"]].mean())
             assert pair["se"] == pytest.approx(math.sqrt((b + c) - (b - c) ** 2 / n) / n) and pair["difference"] <= 0
     assert "val vs leader ± paired SE" in status.render(list(rows.values())).splitlines()[0]
+    # the record grows with the val split: in the epoch's metrics.json (vouched for by digest), not its sentinel
+    epoch = results / "runs/base/epochs/1"
+    assert VAL_CORRECT_KEY in json.loads((epoch / "metrics.json").read_text())
+    assert VAL_CORRECT_KEY not in json.loads((epoch / "sentinel.json").read_text())["metrics"]
 
     compared = compare.collect(results)
     groups = {g["group"]: g for g in compare.seed_groups(compared, results)}

@@ -13,6 +13,12 @@ CORRECT_KEY = "correct_by_example"
 VAL_CORRECT_KEY = "val_correct_by_example"
 
 
+def sentinel_metrics(metrics: dict) -> dict:
+    """An epoch's metrics as its sentinel keeps them: the figures, without the per-example val record (it grows with the
+    val split and stays in metrics.json, which the sentinel vouches for by digest; status reads every sentinel)."""
+    return {key: value for key, value in metrics.items() if key != VAL_CORRECT_KEY}
+
+
 def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, n_classes: int) -> np.ndarray:
     """Counts [true, predicted]."""
     return np.bincount(labels * n_classes + predictions, minlength=n_classes * n_classes).reshape(n_classes, n_classes)

@@ -17,8 +17,8 @@ import numpy as np
 
 from rffm.errors import IntegrityError
 from rffm.model.metrics import VAL_CORRECT_KEY, unpack_correct
-from rffm.records.layout import EPOCHS, HISTORY_NAME, SELECTION, SENTINEL_NAME
-from rffm.records.sentinel import epoch_metrics, read_sentinel
+from rffm.records.layout import EPOCHS, HISTORY_NAME, METRICS_NAME, SELECTION, SENTINEL_NAME
+from rffm.records.sentinel import check_record, epoch_metrics, read_sentinel
 
 
 def paired_se(mine: np.ndarray, theirs: np.ndarray) -> dict[str, Any]:
@@ -39,10 +39,22 @@ def val_correctness(run_dir: Path) -> np.ndarray | None:
             history = json.loads((run_dir / SELECTION / HISTORY_NAME).read_text())["epochs"]
             metrics = next(m for m in history if m["epoch"] == epoch)
         else:
-            metrics = epoch_metrics(read_sentinel(run_dir / EPOCHS / str(epoch) / SENTINEL_NAME), member)
+            metrics = epoch_record(run_dir / EPOCHS / str(epoch), member)
         return unpack_correct(metrics[VAL_CORRECT_KEY], int(metrics["val_count"]))
     except (IntegrityError, FileNotFoundError, StopIteration, KeyError, TypeError, ValueError):
         return None
+
+
+def epoch_record(epoch_dir: Path, member: str | None) -> dict[str, Any]:
+    """An epoch's full metrics (of a sweep's, the member's): its metrics.json, checked against its sentinel's digest
+    (the sentinel keeps the figures only: rffm.model.metrics.sentinel_metrics)."""
+    body = read_sentinel(epoch_dir / SENTINEL_NAME)
+    if problem := check_record(epoch_dir / METRICS_NAME, body["outputs"][METRICS_NAME]):
+        raise IntegrityError(problem)
+    metrics = json.loads((epoch_dir / METRICS_NAME).read_text())
+    if "members" not in body:
+        return metrics
+    return metrics["members"][member or epoch_metrics(body)["member"]]
 
 
 def against_leader(correct: dict[str, np.ndarray | None], scores: dict[str, float]) -> dict[str, dict[str, Any] | None]:

@@ -8,6 +8,7 @@ gains a value restores the old members from the memo and trains only the new one
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from rffm.data.cache_local import ensure
 from rffm.data.cache_reader import open_cache
 from rffm.errors import IntegrityError
 from rffm.model.classifier import normalisation
+from rffm.model.metrics import sentinel_metrics
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
 from rffm.records.layout import CHECKPOINT_NAME, EPOCH_FILES, METRICS_NAME, SENTINEL_NAME
@@ -183,7 +185,7 @@ def save(member: Member, result: dict[str, Any], backbone_fingerprint: str, step
         out.output(name)
     member.metrics = result["metrics"]
     out.device = step.device
-    out.facts.update({"backbone_fingerprint": backbone_fingerprint, "metrics": result["metrics"]})
+    out.facts.update({"backbone_fingerprint": backbone_fingerprint, "metrics": sentinel_metrics(result["metrics"])})
     out.details["phases"] = step.details["phases"]
 
 
@@ -191,7 +193,8 @@ def write_bundle(step: Step, group: list[Member], epoch: int) -> None:
     """checkpoint.pt: every member's files (as its plain epoch has them); metrics.json: every member's metrics."""
     files = {m.name: {name: (m.step.out_dir / name).read_bytes() for name in sweep.MEMBER_FILES} for m in group}
     atomic_write_bytes(step.out_dir / CHECKPOINT_NAME, sweep.write_bundle(files))
-    atomic_write_json(step.out_dir / METRICS_NAME, {"epoch": epoch, "members": {m.name: m.step.facts["metrics"] for m in group}})
+    every = {m.name: json.loads(files[m.name][METRICS_NAME]) for m in group}  # as each member wrote them (or the memo kept)
+    atomic_write_json(step.out_dir / METRICS_NAME, {"epoch": epoch, "members": every})
     for name in EPOCH_FILES:
         step.output(name)
     if "labels" in group[0].step.facts:  # members share the labelled subset
