@@ -204,6 +204,13 @@ def more_seeds(workdir: Path, config: dict, run: str):
 SEEDED = "plans the new seed's run alone"
 
 
+@contextmanager
+def a_design(workdir: Path, config: dict, run: str):
+    """design: names records of variants compared on val behind the run: read by rffm compare only."""
+    config["design"] = {run: ["pilot_variants"]}
+    yield None
+
+
 # change -> (what it does, the kinds it applies to: None for all)
 CHANGES: dict[str, tuple[Callable, tuple[str, ...] | None]] = {
     "a training param": (training_param, None),
@@ -217,6 +224,7 @@ CHANGES: dict[str, tuple[Callable, tuple[str, ...] | None]] = {
     "touch every file": (touch_everything, None),
     "an execution setting": (execution_setting, None),
     "more seeds": (more_seeds, None),
+    "a design record": (a_design, None),
 }
 CELLS = [
     pytest.param(kind, change, id=f"{kind}-{change}")

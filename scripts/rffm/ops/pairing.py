@@ -2,8 +2,8 @@
 
 Test: the per-example correctness qualification records (rffm.model.metrics.CORRECT_KEY). Val: the selected epoch's
 (of a sweep, the chosen member's) per-example correctness its validation recorded (VAL_CORRECT_KEY): an epoch's
-sentinel for a run, the selection's history.json for a reference. A result trained before either was recorded has
-none (None), and its differences carry no SE.
+metrics.json for a run (checked against its sentinel), the selection's history.json for a reference. A result trained
+before either was recorded has none (None), and its differences carry no SE.
 """
 
 from __future__ import annotations

@@ -384,13 +384,14 @@ def attach_val_pairs(rows: list[dict[str, Any]], runs_dir: Path, plans: dict[str
     for r in rows:
         vector = val_correctness(runs_dir / r["run"]) if r.get("selected_epoch") is not None else None
         by_dataset.setdefault((plans.get(r["run"]) or {}).get("dataset"), {})[r["run"]] = vector
+    pairs, scored = {}, set()
     for correct in by_dataset.values():
         scores = {run: float(vector.mean()) for run, vector in correct.items() if vector is not None and len(vector)}
-        pairs = against_leader(correct, scores)
-        for r in rows:
-            if r["run"] in correct:
-                r["val_vs_leader"] = pairs[r["run"]]
-                r["val_leader"] = r["run"] in scores and pairs[r["run"]] is None
+        pairs |= against_leader(correct, scores)
+        scored |= scores.keys()
+    for r in rows:
+        r["val_vs_leader"] = pairs[r["run"]]
+        r["val_leader"] = r["run"] in scored and pairs[r["run"]] is None
 
 
 def val_pair_words(row: dict[str, Any]) -> str:

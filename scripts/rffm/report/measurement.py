@@ -137,7 +137,7 @@ def read_digests(paths: list[str], folder: Path) -> dict[str, str]:
     digests: dict[str, str] = {}
     for given in dict.fromkeys(p.partition("=")[2] if p.startswith("--") else p for p in paths):
         path = folder / given
-        if not given:
+        if not given:  # an option without a value
             continue
         if path.is_file():
             digests[given] = sha256_file(path)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from rffm.errors import ConfigError
 from rffm.model import cnn
+from rffm.model.metrics import sentinel_metrics
 from rffm.runtime.progress import Progress
 from rffm.training.evaluation import validate_cnn
 
@@ -52,7 +53,8 @@ def train_cnn(
         metrics = {"epoch": epoch, "train_loss": running / len(iq), **validate_cnn(model, val_iq, val_split["label"].astype(np.int64))}
         if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
             raise ConfigError(
-                f"references.{spec['run']}: epoch {epoch} has non-finite metrics ({metrics}); a diverged model is never selected"
+                f"references.{spec['run']}: epoch {epoch} has non-finite metrics ({sentinel_metrics(metrics)}); a diverged model "
+                "is never selected"
             )
         history.append(metrics)
         states[epoch] = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
