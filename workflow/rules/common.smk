@@ -19,6 +19,8 @@ planning.check_config(config, workflow)
 planning.note_node_checks(workflow, config)
 # ... and how each cache's build and its readers' epochs are grouped there (cache.colocate, cache.runs_per_group).
 planning.note_colocation(workflow, config)
+# ... and what it will cost, from a throughput record of this backbone on this device (config `throughput`).
+planning.note_cost(workflow, config)
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).

@@ -1,4 +1,4 @@
-"""Benchmarks (`rffm bench cache|sweep|grid|plan|staging`): measured side by side, never imported by a step."""
+"""Benchmarks (`rffm bench cache|sweep|grid|plan|scale|staging`): measured side by side, never imported by a step."""
 
 from __future__ import annotations
 

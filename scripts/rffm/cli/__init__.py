@@ -15,6 +15,7 @@ from rffm.cli.everyday import (
     bench_cache,
     bench_grid,
     bench_plan,
+    bench_scale,
     bench_staging,
     bench_sweep,
     compare,
@@ -30,6 +31,7 @@ from rffm.cli.everyday import (
     release_immutable,
     status,
     tensorboard,
+    throughput,
     unlock,
     verify,
     vertex_job,
@@ -79,9 +81,16 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
     sub.add_argument("--full", action="store_true", help="re-hash every file as `rffm verify` does (default: fast check)")
+    sub.add_argument("--cost", action="store_true", help="per stage: jobs, predicted against measured seconds, peak RSS")
+    sub.add_argument("--throughput", metavar="FILE", help="with --cost: the throughput record to predict from (default: the config's)")
     sub.add_argument(
         "--json", action="store_true", help="print the rows as one JSON object on stdout, nothing else (the table goes to stderr)"
     )
+    text = "Add the finished jobs of a results tree (their work and seconds) to a throughput record: what the plan predicts cost from."
+    sub = verb(throughput, text)
+    sub.add_argument("results_dir", nargs="?", default="results")
+    config_option(sub)
+    sub.add_argument("--out", required=True, metavar="FILE", help="the throughput record (created, or added to)")
     sub = verb(verify, "Re-check a results tree: sentinels, links, provenance, ledger, artifacts (stale folders listed, not failed).")
     sub.add_argument("results_dir", nargs="?", default="results")
     config_option(sub)
@@ -227,6 +236,20 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--epochs", type=int, default=10, help="epochs of each run")
     sub.add_argument("--profiles", nargs="+", choices=["local", "slurm", "gcp-batch"], default=["local", "slurm", "gcp-batch"])
     sub.add_argument("--work-dir", help="where to put the temporary work folder (default: system temp dir)")
+    sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
+    text = (
+        "RadioML 2018 size end to end (2,555,904 x 1,024) at fractions of it, smallest first: staged, cached, a grid "
+        "trained and qualified; per stage throughput, peak RSS, predicted against measured seconds, planned against used disk "
+        "(last line: JSON)."
+    )
+    sub = benches.add_parser("scale", help=text, description=text)
+    sub.set_defaults(func=bench_scale)
+    help_fractions = "sizes as fractions of RadioML 2018's (default: 1/512 1/64 1/8 1)"
+    sub.add_argument("--fractions", nargs="+", default=["1/512", "1/64", "1/8", "1"], help=help_fractions)
+    sub.add_argument("--runs", type=int, default=3, help="runs in the grid on the one cache")
+    sub.add_argument("--epochs", type=int, default=2, help="epochs of each run")
+    sub.add_argument("--cores", type=int, default=2, help="snakemake --cores")
+    sub.add_argument("--work-dir", help="where to put the work folder (default: the current directory; the full size needs 45 GB)")
     sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
     text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
     sub = benches.add_parser("staging", help=text, description=text)

@@ -43,12 +43,59 @@ def compare(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     from rffm.ops.status import collect, render
 
-    _, judgment = _judged(args)
+    given, judgment = _judged(args)
+    if args.cost:
+        return status_cost(args, given or judgment.config)
     rows = collect(args.results_dir, judgment, full=args.full)
     if not rows:
         print(f"no runs under {args.results_dir}/{RUNS}", file=sys.stderr if args.json else sys.stdout)
         return 1
     _print_rows(rows, render(rows, full=args.full), args.json)
+    return 0
+
+
+def status_cost(args: argparse.Namespace, config: dict | None) -> int:
+    """`rffm status --cost`: per stage, the predicted seconds (the throughput record) against the measured ones."""
+    import json
+
+    from rffm.plan import cost
+
+    if config is None:
+        print(f"{args.results_dir}: no plan to cost (no config, no plan records). Fix: pass --config FILE", file=sys.stderr)
+        return 1
+    record = args.throughput or config.get("throughput")
+    jobs, unknown = cost.planned_jobs(config, args.results_dir)
+    lines = cost.fit(cost.read_record(record, "--throughput")) if record else {}
+    stages = cost.by_stage(jobs, cost.predict(jobs, lines, config["device"]), args.results_dir)
+    table = cost.render_stages(stages, record)
+    for line in unknown:
+        print(f"note: {line}", file=sys.stderr)
+    if args.json:
+        print(table, file=sys.stderr, flush=True)
+        print(json.dumps({"throughput": record, "stages": stages}, sort_keys=True))
+    else:
+        print(table)
+    return 0
+
+
+def throughput(args: argparse.Namespace) -> int:
+    """`rffm throughput`: add the finished jobs of a results tree to a throughput record (the plan's cost)."""
+    from rffm.plan import cost
+
+    given, judgment = _judged(args)
+    config = given or judgment.config
+    if config is None:
+        print(f"{args.results_dir}: no plan to read (no config, no plan records). Fix: pass --config FILE", file=sys.stderr)
+        return 1
+    jobs, unknown = cost.planned_jobs(config, args.results_dir)
+    for line in unknown:
+        print(f"note: {line}", file=sys.stderr)
+    points = cost.record_points(args.results_dir, jobs)
+    if not points:
+        print(f"{args.results_dir}: no finished job of the plan to measure. Fix: run the workflow (snakemake) first", file=sys.stderr)
+        return 1
+    record = cost.write_record(args.out, points)
+    print(f"{args.out}: {len(points)} job(s) of {args.results_dir} recorded ({len(record['points'])} in all)")
     return 0
 
 
@@ -287,6 +334,12 @@ def bench_plan(args: argparse.Namespace) -> int:
     from rffm.bench.plan import main as bench
 
     return bench(args)
+
+
+def bench_scale(args: argparse.Namespace) -> int:
+    from rffm.bench.scale import main as bench
+
+    return bench(args.fractions, args.runs, args.epochs, args.cores, args.work_dir, args.keep)
 
 
 def bench_staging(args: argparse.Namespace) -> int:

@@ -204,6 +204,25 @@ def colocation_lines(config: dict[str, Any], booking: GpuBooking | None = None) 
     return lines
 
 
+def note_cost(workflow: Any, config: dict[str, Any]) -> None:
+    """The plan's predicted hours per stage (and per group job on cluster nodes or VMs), one line each on stderr, from
+    the config's throughput record (rffm.plan.cost); on a dry run without one, how to measure it."""
+    if not planning(workflow) or not (config.get("throughput") or getattr(workflow.output_settings, "dryrun", False)):
+        return
+    from rffm.plan import cost
+
+    groups: dict[str, str] = {}
+    if rffm_config.where_jobs_run(workflow) == NODES:
+        placed = colocation(config)
+        groups = {**{f"{d}__{b}": group for (d, b), group in placed.builds.items()}, **placed.epochs}
+    try:
+        lines = cost.plan_lines(config, config["results"], groups)
+    except RffmError as error:
+        raise refused(error) from None
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
 # Google Cloud's accelerator-optimized machine types and the GPUs each comes with (a2/a3: the count ends the name).
 G2_GPUS = {"g2-standard-24": 2, "g2-standard-48": 4, "g2-standard-96": 8}  # every other g2-standard: one L4
 COUNTED_MACHINE = re.compile(r"^a\d-\w+-(\d+)g$")

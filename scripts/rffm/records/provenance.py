@@ -99,6 +99,14 @@ def device_name(device: Any = None) -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
+def peak_rss_mb() -> float:
+    """The largest resident set this process (or a child it waited for) has had so far, in MB (10^6 bytes)."""
+    import resource
+
+    kib = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return round(kib * 1024 / 1e6, 1)
+
+
 def start() -> dict[str, float]:
     """Mark the start of a step."""
     return {"wall": time.time(), "perf": time.perf_counter()}
@@ -119,6 +127,7 @@ def describe(rule: str, started: dict[str, float], device: Any = None, extra: di
         "duration_s": round(time.perf_counter() - started["perf"], 3),
         "python": sys.version.split()[0],
         "pid": os.getpid(),
+        "peak_rss_mb": peak_rss_mb(),
         **(extra or {}),
     }
 
