@@ -211,6 +211,18 @@ def a_design(workdir: Path, config: dict, run: str):
     yield None
 
 
+@contextmanager
+def a_throughput_record(workdir: Path, config: dict, run: str):
+    """throughput: a record of this tree's own jobs (`rffm throughput`): the plan then predicts cost; it plans nothing."""
+    record = workdir / "throughput.json"
+    assert main(["throughput", str(workdir / "results"), "--config", str(workdir / "config.yaml"), "--out", str(record)]) == 0
+    config["throughput"] = str(record)
+    try:
+        yield None
+    finally:
+        record.unlink()
+
+
 # change -> (what it does, the kinds it applies to: None for all)
 CHANGES: dict[str, tuple[Callable, tuple[str, ...] | None]] = {
     "a training param": (training_param, None),
@@ -225,6 +237,7 @@ CHANGES: dict[str, tuple[Callable, tuple[str, ...] | None]] = {
     "an execution setting": (execution_setting, None),
     "more seeds": (more_seeds, None),
     "a design record": (a_design, None),
+    "a throughput record": (a_throughput_record, None),
 }
 CELLS = [
     pytest.param(kind, change, id=f"{kind}-{change}")
