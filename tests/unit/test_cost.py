@@ -15,7 +15,7 @@ from rffm.plan import cost
 
 def test_a_fit_over_two_sizes_separates_the_fixed_part_from_the_rate():
     points = [{"key": "k", "device": "cpu", "work": work, "seconds": 2.0 + work / 1000} for work in (1000, 4000, 8000)]
-    (fixed, per_unit), = cost.fit(points).values()
+    ((fixed, per_unit),) = cost.fit(points).values()
     assert fixed == pytest.approx(2.0) and per_unit == pytest.approx(1e-3)
     job = cost.Job("build_cache", "caches/x", "k", 64000)
     assert cost.predict([job], cost.fit(points), "cpu") == [pytest.approx(66.0)]

@@ -66,7 +66,8 @@ def test_a_source_of_unknown_size_is_costed_once_staged_as_the_fix_says(finished
     config["throughput"] = str(record)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (unknown,) = [note for note in cost_notes(workdir) if "datasets.pickled" in note]
-    fix = re.fullmatch(r"note: cost: datasets\.pickled: its size is not known before it is staged, .* Fix: snakemake (\S+) \(stage it first\)", unknown)
+    said = r"note: cost: datasets\.pickled: its size is not known before it is staged, .* Fix: snakemake (\S+) \(stage it first\)"
+    fix = re.fullmatch(said, unknown)
     assert fix, unknown
     snakemake(workdir, fix[1])
     assert not [note for note in cost_notes(workdir) if "datasets.pickled" in note]

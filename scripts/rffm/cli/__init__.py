@@ -21,6 +21,7 @@ from rffm.cli.everyday import (
     compare,
     config_reference,
     figures,
+    independent_data,
     install_profiles,
     mlflow,
     posttrain,
@@ -86,6 +87,12 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--json", action="store_true", help="print the rows as one JSON object on stdout, nothing else (the table goes to stderr)"
     )
+    text = "Write a RadioML 2018-layout file from the second, independent generator (scikit-commpy's modems, pulses and fading)."
+    sub = verb(independent_data, text)
+    sub.add_argument("--out", required=True, help="the HDF5 file to write")
+    sub.add_argument("--per-class-snr", type=int, default=20, help="examples per (class, SNR): 11 classes x 26 SNRs each")
+    sub.add_argument("--length", type=int, default=1024, help="IQ samples per example (default: 1024, as RadioML 2018)")
+    sub.add_argument("--seed", type=int, default=0, help="the generator's seed (every example's draws follow from it)")
     text = "Add the finished jobs of a results tree (their work and seconds) to a throughput record: what the plan predicts cost from."
     sub = verb(throughput, text)
     sub.add_argument("results_dir", nargs="?", default="results")

@@ -336,6 +336,17 @@ def bench_plan(args: argparse.Namespace) -> int:
     return bench(args)
 
 
+def independent_data(args: argparse.Namespace) -> int:
+    try:
+        from rffm.data.independent import generate
+    except ImportError as error:
+        print(f"rffm independent_data: {error}. Fix: pip install 'rffm[independent]'", file=sys.stderr)
+        return 1
+    count = generate(args.out, args.per_class_snr, args.length, args.seed)
+    print(f"{args.out}: {count} examples (RadioML 2018 layout; stage it with source: radioml2018 and select.classes)")
+    return 0
+
+
 def bench_scale(args: argparse.Namespace) -> int:
     from rffm.bench.scale import main as bench
 
