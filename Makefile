@@ -63,7 +63,7 @@ if wanted == "cpu" and cuda:
 endef
 export torch_check
 
-.PHONY: setup run test test-quick lint floor compare rml2018-compare docs figures clean torch-choice example-weights
+.PHONY: setup run test test-quick lint floor compare rml2018-compare independent-data docs figures clean torch-choice example-weights
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -133,6 +133,12 @@ floor: setup
 	$(BIN)/rffm compare results --config config/config.yaml config/examples/random_floor.yaml
 
 compare: floor
+
+# The second, independent generator's data (rffm.data.independent, scikit-commpy) for config/examples/independent.yaml,
+# in results-independent/data/ (where that config, run with --directory results-independent, reads it).
+independent-data: setup
+	mkdir -p results-independent/data
+	$(BIN)/rffm independent_data --out results-independent/data/independent.hdf5 --per-class-snr 40 --seed 0
 
 # RadioML 2018-shaped synthetic data (1024 samples, 11 classes, varying symbol rates): floor | frozen backbone |
 # end-to-end at k = 5, 20 and all labels per (class, SNR), in results-rml2018/ (config/examples/rml2018_synthetic.yaml).
