@@ -357,6 +357,7 @@ RUN_KINDS = {
     "export source (.pt2)": "exported",
     "sweep": "sweep",
     "label-scarce": "scarce",
+    "tail adaptation": "tail",
     "end-to-end reference": "cnn",
 }
 
@@ -368,8 +369,8 @@ def tiny_cnn() -> dict:
 
 def matrix_config(digests: dict[str, str]) -> dict:
     """The tiny config with a run of every kind on the tiny dataset: the embedded pretrained backbone (base), its random
-    floor, the three example user backbones (tests/byo.py), a sweep, a label-scarce run (each of these one epoch) and an
-    end-to-end reference."""
+    floor, the three example user backbones (tests/byo.py), a sweep, a label-scarce run, a tail-adaptation run (each of
+    these one epoch) and an end-to-end reference."""
     from byo import backbones
 
     config = tiny_config()
@@ -382,6 +383,9 @@ def matrix_config(digests: dict[str, str]) -> dict:
     runs = {name: {**kind, "backbone": name} for name in ("floor", "waves", "spectrum", "exported")}
     runs["sweep"] = {**kind, "sweep": {"train.lr": [0.01, 0.03]}}
     runs["scarce"] = {**kind, "train": {**kind["train"], "labels_per_class_snr": 2}}
+    # the backbone's one block trained beside the head, on a random backbone that caches the block's input too
+    config["backbones"]["tailed"] = {**config["backbones"]["floor"], "arch": {**config["backbones"]["mini"]["arch"], "output_layers": 2}}
+    runs["tail"] = {**kind, "backbone": "tailed", "train": {**kind["train"], "tail": {"blocks": 1, "lr": 0.003}}}
     config["runs"] = {"base": base, **yaml.safe_load(yaml.safe_dump(runs))}  # no YAML aliases between runs
     config["references"] = {"cnn": tiny_cnn()}
     return config

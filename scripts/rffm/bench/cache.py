@@ -5,6 +5,8 @@ P2 = epoch from the cache / (cache bytes / memmap read bandwidth + head-only com
                                                                       (distance from the I/O + compute floor)
 P3 = cache build / backbone forward only with outputs discarded      (what writing the cache costs)
 P5 = out-of-memory probes with a seeded batch profile / without      (what the profile saves)
+P6 = tail-adaptation epoch from the cache / head-only epoch from the cache   (what training the last block adds)
+P7 = epoch recomputing the backbone / tail-adaptation epoch from the cache  (what the cache still saves with a tail)
 rss_1x_mb, rss_4x_mb: peak RSS of the cache build and of an epoch at 1x and 4x the data (flat = bounded memory)
 
 Every figure is measured in this run, on the default backbone architecture (or, with --config, that
@@ -40,6 +42,7 @@ from rffm.bench.cache_measures import (
     peak_rss_mb,
     prepare,
     recompute_epoch,
+    tail_epoch,
 )
 from rffm.config import entry_defaults
 from rffm.model.taps import spec_for
@@ -96,12 +99,14 @@ def run(
         lambda: forward_only(dataset_dir, model, 256, device),
         lambda: build_cache(dataset_dir, backbone_dir, cache_dir, 256, device=device, spec=spec),
     )
-    t_recompute, t_recompute_ram, t_cached, t_head = fastest_of(
+    tail = [with_threads(EPOCH_THREADS, lambda: tail_epoch(cache_dir, backbone_dir, device))] if user is None else []  # rffm's blocks only
+    t_recompute, t_recompute_ram, t_cached, t_head, *t_tail = fastest_of(
         repeats,
         lambda: recompute_epoch(cache_dir, dataset_dir, model, device=device),
         lambda: recompute_epoch(cache_dir, dataset_dir, model, in_ram=True, device=device),
         with_threads(EPOCH_THREADS, lambda: cached_epoch(cache_dir, device)),
         with_threads(EPOCH_THREADS, lambda: head_only(cache_dir, device)),
+        *tail,
     )
     cache_files = [cache_dir / hidden_file(split) for split in CACHED_SPLITS]
     cache_bytes = sum(path.stat().st_size for path in cache_files)
@@ -121,6 +126,8 @@ def run(
         "P2": round(t_cached / floor, 2),
         "P3": round(t_build / t_forward, 3),
         "P5": round(seeded / unseeded, 3) if unseeded else None,
+        "P6": round(t_tail[0] / t_cached, 2) if t_tail else None,
+        "P7": round(t_recompute / t_tail[0], 2) if t_tail else None,
         "rss_1x_mb": round(max(rss["build_1x_mb"], rss["epoch_1x_mb"]), 1),
         "rss_4x_mb": round(max(rss["build_4x_mb"], rss["epoch_4x_mb"]), 1),
         "detail": {
@@ -136,6 +143,8 @@ def run(
             "P1_ceiling_if_cache_reads_were_free": round(t_recompute / t_head, 2),
             "epoch_cached_s": round(t_cached, 4),
             "head_only_s": round(t_head, 4),
+            "epoch_tail_s": round(t_tail[0], 4) if t_tail else None,
+            "tail_blocks": 1 if t_tail else None,
             "cache_bytes": cache_bytes,
             "epoch_threads": EPOCH_THREADS,
             "backbone_arch": arch if user is None else {"source": user["source"], **{k: user[k] for k in ("python",) if k in user}},
@@ -177,6 +186,12 @@ def main(
         f"({d['cache_bytes'] / 1e6:.1f} MB / {d['memmap_read_gb_s']:.2f} GB/s + {d['head_only_s']:.3f}s) = {result['P2']}"
     )
     print(f"P3 cache build / forward only: {d['cache_build_s']:.3f}s / {d['forward_only_s']:.3f}s = {result['P3']}")
+    if result["P6"] is not None:
+        print(
+            f"P6 tail-adaptation epoch (last block + head) / head-only epoch, both from the cache: {d['epoch_tail_s']:.3f}s / "
+            f"{d['epoch_cached_s']:.3f}s = {result['P6']}; P7 epoch recomputing the backbone / tail epoch: "
+            f"{d['epoch_recompute_s']:.3f}s / {d['epoch_tail_s']:.3f}s = {result['P7']}"
+        )
     print(
         f"P5 OOM probes seeded / unseeded (injected above {d['oom_injected_above']} rows): "
         f"{d['oom_probes_seeded']} / {d['oom_probes_unseeded']} = {result['P5']}"

@@ -122,6 +122,29 @@ def fresh_head(meta: dict[str, Any], device: torch.device = torch.device("cpu"))
     return head, optimizer
 
 
+TAIL = {"blocks": 1, "lr": 0.001}  # tail adaptation measured: the backbone's last block trained beside the head
+
+
+def tail_head(meta: dict[str, Any], backbone_dir: Path, device: torch.device = torch.device("cpu")):
+    """A fresh head with the backbone's last block as its tail (train.tail), and its optimizer."""
+    torch.manual_seed(0)
+    options = train.train_options(entry_defaults("runs", {"train": {**TRAIN, "tail": TAIL}}))
+    head = train.tail_head(meta, options, backbone_dir / BACKBONE_NAME, "bench").to(device)
+    optimizer, _ = train.make_optimizer(head, options, 1)
+    return head, optimizer
+
+
+def tail_epoch(cache_dir: Path, backbone_dir: Path, device: torch.device = torch.device("cpu")) -> float:
+    """Seconds for one epoch of tail adaptation reading the cache: train pass + validation pass."""
+    splits, meta = open_cache(cache_dir)
+    head, optimizer = tail_head(meta, backbone_dir, device)
+    batches = epoch_orders(len(splits["train"]))
+    started = time.perf_counter()
+    head_steps(prefetched(splits["train"], batches, device, PhaseTimes()), head, optimizer)
+    head_validation(prefetched(splits["val"], validation_batches(len(splits["val"])), device, PhaseTimes()), head)
+    return time.perf_counter() - started
+
+
 def epoch_orders(count: int) -> list[np.ndarray]:
     order = np.random.default_rng([0, 1]).permutation(count)
     return [order[start : start + TRAIN["batch_size"]] for start in range(0, count, TRAIN["batch_size"])]

@@ -178,7 +178,10 @@ def main(fractions: list[str], runs: int, epochs: int, cores: int, work_dir: str
             print(f"size {fraction}: {size['examples']} examples, {size['wall_s']} s wall, {size['cpu_s']} CPU-s", flush=True)
             print(cost.render_stages(size["stages"], "the sizes before" if size["fraction"] != str(parsed[0]) else None), flush=True)
             print(f"disk planned {size['disk_planned']} used {size['disk_used']} ({size['disk_error']:+.2%})", flush=True)
-            if not keep:
+            if not keep:  # the ledger's entries are immutable: released first
+                from rffm.ops.clean import release_immutable
+
+                release_immutable([folder])
                 shutil.rmtree(folder, ignore_errors=True)
         points = json.loads(record.read_text())["points"]
     result = {

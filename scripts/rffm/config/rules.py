@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rffm.backbone_kinds import BUILT_HERE, IMPORTED
+from rffm.backbone_kinds import BUILT_HERE, IMPORTED, NATIVE
 from rffm.config.schema import DIRECTORY_KEYS, ROOT_WRITES
 from rffm.model.taps import declared_names
 
@@ -198,9 +198,37 @@ def path_problems(config: dict[str, Any], local_files: bool) -> list[str]:
     return problems
 
 
+def tail_problems(config: dict[str, Any]) -> list[str]:
+    """A run's tail (train.tail) is blocks its backbone has and its cache holds the input of; a sweep of its lr needs it."""
+    problems = []
+    for run, spec in config["runs"].items():
+        tail, backbone = spec["train"].get("tail"), config["backbones"][spec["backbone"]]
+        if "train.tail.lr" in (spec.get("sweep") or {}) and not tail:
+            problems.append(f"runs.{run}.sweep.train.tail.lr: the run has no train.tail. Fix: add train.tail (blocks, lr) or drop the key")
+        if not tail:
+            continue
+        if backbone["source"] not in NATIVE:
+            problems.append(
+                f"runs.{run}.train.tail: tail adaptation runs rffm's own backbone blocks; backbone {spec['backbone']} is a "
+                f"{backbone['source']} backbone. Fix: drop runs.{run}.train.tail (its head then reads the frozen taps)"
+            )
+            continue
+        arch = backbone.get("arch")
+        if arch is None:
+            continue  # a checkpoint: its arch is known once imported (train_epoch checks it)
+        if tail["blocks"] > arch["depth"] or arch["output_layers"] < tail["blocks"] + 1 or backbone.get("keep", "all") != "all":
+            problems.append(
+                f"runs.{run}.train.tail.blocks: {tail['blocks']} block(s) of backbone {spec['backbone']} (depth {arch['depth']}) need "
+                f"the input of the first of them cached (arch.output_layers {arch['output_layers']}, keep {backbone.get('keep', 'all')}). "
+                f"Fix: set backbones.{spec['backbone']}.arch.output_layers to at least {tail['blocks'] + 1} with keep all, "
+                f"or train at most {max(0, min(arch['depth'], arch['output_layers'] - 1))} block(s)"
+            )
+    return problems
+
+
 def cross_field_errors(config: dict[str, Any]) -> list[str]:
     """Constraints between fields, on a config whose defaults are filled in."""
     problems = []
     for name, spec in config["datasets"].items():
         problems += dataset_problems(name, spec)
-    return problems + backbone_problems(config) + head_tap_problems(config)
+    return problems + backbone_problems(config) + head_tap_problems(config) + tail_problems(config)

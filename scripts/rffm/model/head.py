@@ -5,6 +5,9 @@ differ in tokens or width, [F]: the taps' [T_i, D_i] states flattened and concat
 `build` makes the head for a cache record; `from_record` / `config_record` load and save its config.
 A head may read only some of the row's taps (train.head.taps): it is still fed whole rows and picks
 its taps itself, so qualification, export and predict need nothing but its config record.
+With a tail (train.tail: tail adaptation) the head also holds the backbone's last k blocks and final norm, copied
+from the backbone at epoch 1 and trained with it, and runs them on the cached input of the first of them: the
+cache stays what it was (the prefix frozen, computed once) and the exported classifier holds the adapted tail.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class HeadConfig:
     layers: int
     tap_shapes: tuple[tuple[int, int], ...] | None = None  # a row layout, not a setting: None = uniform [T, D] / [k, T, D] rows
     read: tuple[int, ...] | None = None  # None = every tap of the row
+    tail: tuple[int, int, int, int] | None = None  # (blocks, row tap it reads, heads, mlp_ratio); None = no tail
 
 
 class AttentionPoolHead(nn.Module):
@@ -60,6 +64,12 @@ class AttentionPoolHead(nn.Module):
             self.project = nn.ModuleList(
                 nn.Identity() if width == config.dim else nn.Linear(width, config.dim) for _, width in self.read_shapes()
             )
+        if config.tail:  # created last too; its weights are the backbone's (rffm.training.epoch.adapt_tail)
+            from rffm.model.backbone import Block
+
+            blocks, _, heads, mlp_ratio = config.tail
+            self.tail = nn.ModuleList(Block(config.dim, heads, mlp_ratio) for _ in range(blocks))
+            self.tail_norm = nn.LayerNorm(config.dim)
 
     def read_shapes(self) -> list[tuple[int, int]]:
         """(tokens, width) of the flat row's taps this head reads."""
@@ -97,9 +107,17 @@ class AttentionPoolHead(nn.Module):
         weights = torch.softmax(self.layer_weights, dim=0).view(1, -1, 1, 1)
         return (self.layer_norm(hidden) * weights).sum(dim=1)
 
+    def run_tail(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The cached input of the tail's first block ([B, T, D], or tap `source` of [B, layers, T, D]) -> the tail's output."""
+        _, source, _, _ = self.config.tail
+        hidden = hidden[:, source] if hidden.dim() == 4 else hidden
+        for block in self.tail:
+            hidden = block(hidden)
+        return self.tail_norm(hidden)
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, T, D], [B, layers, T, D] or [B, F] FP32 hidden states (a cache row, batched) -> [B, classes] logits."""
-        hidden = self.norm(self.mix(hidden))
+        hidden = self.norm(self.run_tail(hidden) if self.config.tail else self.mix(hidden))
         weights = torch.softmax(self.score(hidden), dim=1)
         pooled = torch.cat([(weights * hidden).sum(dim=1), hidden.mean(dim=1)], dim=-1)
         return self.mlp(pooled)
@@ -122,10 +140,13 @@ def read_positions(names: list[str] | None, cache: dict[str, Any]) -> tuple[int,
     return tuple(index for index, name in enumerate(cached) if name in names)
 
 
-def build(options: dict[str, Any], cache: dict[str, Any]) -> AttentionPoolHead:
+def build(options: dict[str, Any], cache: dict[str, Any], tail: tuple[int, int, int, int] | None = None) -> AttentionPoolHead:
     """The head for a cache record's `cache` block (or the node-local cache's meta.json): its row shape and tap layout;
-    `options` = train.head."""
+    `options` = train.head; `tail`: tail_shape's, for tail adaptation."""
     row = cache["shapes"]["train"][1:]
+    if tail is not None:  # the tail's output alone: train.head.taps has nothing to choose
+        options = {key: value for key, value in options.items() if key != "taps"}
+        return AttentionPoolHead(HeadConfig(dim=row[-1], classes=len(cache["classes"]), layers=1, tail=tail, **options))
     classes = len(cache["classes"])
     options = dict(options)
     read = read_positions(options.pop("taps", None), cache)  # train.head.taps: the names of the taps it reads
@@ -148,18 +169,25 @@ def config_record(config: HeadConfig) -> dict[str, Any]:
     """The config as saved in checkpoints and artifacts: `tap_shapes` under the key `taps` and `read`, each only when set
     (so uniform heads save what they always did)."""
     record = asdict(config)
-    shapes, read = record.pop("tap_shapes"), record.pop("read")
+    shapes, read, tail = record.pop("tap_shapes"), record.pop("read"), record.pop("tail")
     if shapes is not None:
         record[SAVED_SHAPES] = [list(shape) for shape in shapes]
     if read is not None:
         record["read"] = list(read)
+    if tail is not None:
+        record["tail"] = list(tail)
     return record
 
 
 def from_record(record: dict[str, Any]) -> AttentionPoolHead:
     """A head (untrained) from a saved config record."""
     record = dict(record)
-    shapes, read = record.pop(SAVED_SHAPES, None), record.pop("read", None)
+    shapes, read, tail = record.pop(SAVED_SHAPES, None), record.pop("read", None), record.pop("tail", None)
     return AttentionPoolHead(
-        HeadConfig(**record, tap_shapes=tuple(tuple(s) for s in shapes) if shapes else None, read=tuple(read) if read else None)
+        HeadConfig(
+            **record,
+            tap_shapes=tuple(tuple(s) for s in shapes) if shapes else None,
+            read=tuple(read) if read else None,
+            tail=tuple(tail) if tail else None,
+        )
     )

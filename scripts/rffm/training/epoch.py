@@ -44,8 +44,56 @@ def make_head(meta: dict[str, Any], options: dict[str, Any]) -> AttentionPoolHea
     return head_model.build(options["head"], meta)
 
 
+def tail_shape(meta: dict[str, Any], tail: dict[str, Any], arch: Any, where: str) -> tuple[int, int, int, int]:
+    """(blocks, row tap, heads, mlp_ratio) of a tail of the backbone's last `tail.blocks` blocks: the tap of the row that
+    is the cached input of the first of them (the cache holds the last output_layers of embedding + each block)."""
+    blocks, taps = int(tail["blocks"]), meta["taps"]
+    source = arch.output_layers - 1 - blocks
+    fix = f"set the backbone's arch.output_layers to at least {blocks + 1} (and keep: all), or train fewer blocks"
+    if blocks > arch.depth or source < 0 or len(taps) != arch.output_layers:
+        raise ConfigError(
+            f"{where}.tail.blocks: {blocks} block(s) of a depth-{arch.depth} backbone need the input of block "
+            f"{arch.depth - blocks + 1} in the cache, which holds the last {len(taps)} of its {arch.depth + 1} layers. Fix: {fix}"
+        )
+    if any(int(tap["tokens"]) != arch.tokens for tap in taps):
+        kept = taps[0]["tokens"]
+        raise ConfigError(f"{where}.tail: the cache keeps {kept} of {arch.tokens} tokens per tap; the tail runs on all. Fix: {fix}")
+    return blocks, source, arch.heads, arch.mlp_ratio
+
+
+def adapt_tail(head: AttentionPoolHead, backbone: Any) -> None:
+    """Start the head's tail from the backbone's weights: its last blocks and its final norm."""
+    blocks = len(head.tail)
+    for mine, theirs in zip(head.tail, backbone.blocks[-blocks:], strict=True):
+        mine.load_state_dict(theirs.state_dict())
+    head.tail_norm.load_state_dict(backbone.norm.state_dict())
+
+
+def tail_head(meta: dict[str, Any], options: dict[str, Any], backbone_file: Path | None, where: str) -> AttentionPoolHead:
+    """A fresh head with a tail copied from the backbone the cache was built with (epoch 1 of tail adaptation)."""
+    from rffm.model import backbone as native
+
+    if backbone_file is None:
+        raise ConfigError(f"{where}.tail: tail adaptation runs rffm's own backbone blocks; this backbone has none. Fix: drop {where}.tail")
+    model = native.load(backbone_file)
+    if model.fingerprint != meta["backbone_fingerprint"]:
+        raise IntegrityError(f"{backbone_file}: not the backbone the cache was built with (fingerprint {model.fingerprint[:16]}…)")
+    head = head_model.build(options["head"], meta, tail_shape(meta, options["tail"], model.arch, where))
+    adapt_tail(head, model)
+    return head
+
+
+def parameter_groups(head: AttentionPoolHead, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """The head's parameters at train.lr and, with a tail, the tail's at train.tail.lr."""
+    if not head.config.tail:
+        return [{"params": list(head.parameters())}]
+    tail = [*head.tail.parameters(), *head.tail_norm.parameters()]
+    ids = {id(p) for p in tail}
+    return [{"params": [p for p in head.parameters() if id(p) not in ids]}, {"params": tail, "lr": options["tail"]["lr"]}]
+
+
 def make_optimizer(head: AttentionPoolHead, options: dict[str, Any], steps_per_epoch: int):
-    optimizer = torch.optim.AdamW(head.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
+    optimizer = torch.optim.AdamW(parameter_groups(head, options), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, steps_per_epoch, options["warmup_steps"], options["lr_decay_per_epoch"])
     )
@@ -63,12 +111,26 @@ def available_memory(device: torch.device) -> int | None:
         return None
 
 
-def resume(member: dict[str, Any], meta: dict[str, Any], epoch: int, steps_per_epoch: int, device: torch.device) -> dict[str, Any]:
+def resume(
+    member: dict[str, Any],
+    meta: dict[str, Any],
+    epoch: int,
+    steps_per_epoch: int,
+    device: torch.device,
+    backbone_file: Path | None,
+    where: str,
+) -> dict[str, Any]:
     """A member's head, optimizer, schedule and RNG state: fresh from its seed at epoch 1, else its previous checkpoint."""
     options = member["options"]
     if epoch == 1:
         torch.manual_seed(int(options["seed"]))
-    head = make_head(meta, options).to(device)
+    if options.get("tail") and epoch == 1:
+        head = tail_head(meta, options, backbone_file, where).to(device)
+    elif options.get("tail"):  # the tail's shape is the previous checkpoint's (its weights follow)
+        recorded = torch.load(io.BytesIO(member["previous"]), map_location="cpu", weights_only=True)["head_config"]
+        head = head_model.from_record(recorded).to(device)
+    else:
+        head = make_head(meta, options).to(device)
     optimizer, scheduler = make_optimizer(head, options, steps_per_epoch)
     state = {**member, "head": head, "optimizer": optimizer, "scheduler": scheduler}
     if epoch == 1:
@@ -108,6 +170,7 @@ def train_heads(
     phases: PhaseTimes | None = None,
     trace_dir: Path | None = None,
     profile_batches: int = 0,
+    backbone_file: Path | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Epoch `epoch` of every member: ([{metrics, checkpoint}] in the members' order, details).
 
@@ -115,7 +178,8 @@ def train_heads(
     at epoch 1), previous_path and previous_sentinel (for messages)}; members share batch_size, seed and the
     labelled subset (not sweepable).
     `sweep_run` names the member in a divergence message; details: memory_bytes, cache_bytes_read (the bytes the
-    reader copied out of the mapped cache), process_io (this process's I/O counters), phases.
+    reader copied out of the mapped cache), process_io (this process's I/O counters), phases. `backbone_file`: the
+    backbone.pt the cache was built with, where it is rffm's own (a tail starts from its blocks).
     """
     phases = phases or PhaseTimes()
     train_split, val_split = splits["train"], splits["val"]
@@ -124,7 +188,7 @@ def train_heads(
     seed = int(members[0]["options"]["seed"])
     rows = options_rows(members[0]["options"], train_split.labels, train_split.snr_db)
     steps_per_epoch = -(-len(rows) // batch_size)
-    states = [resume(member, meta, epoch, steps_per_epoch, device) for member in members]
+    states = [resume(member, meta, epoch, steps_per_epoch, device, backbone_file, f"runs.{run}.train") for member in members]
     head_params = max(sum(p.numel() for p in m["head"].parameters()) for m in states)
     batch_bytes = batch_size * train_split.row_bytes * 2
     details = {"memory_bytes": sweep.check_memory(len(states), head_params, batch_bytes, available_memory(device), f"runs.{run}.sweep")}

@@ -25,7 +25,7 @@ from rffm.model.classifier import normalisation
 from rffm.model.metrics import sentinel_metrics
 from rffm.records import memo
 from rffm.records.files import atomic_torch_save, atomic_write_bytes, atomic_write_json, sha256_bytes
-from rffm.records.layout import CHECKPOINT_NAME, EPOCH_FILES, METRICS_NAME, SENTINEL_NAME
+from rffm.records.layout import BACKBONE_NAME, CHECKPOINT_NAME, EPOCH_FILES, METRICS_NAME, SENTINEL_NAME
 from rffm.records.step import Step
 from rffm.records.store import Store, given_store, publish_trace
 from rffm.runtime.profiling import PhaseTimes
@@ -164,6 +164,7 @@ def train(epoch: Epoch, todo: list[Member], step: Step, device: str, results: St
             phases=phases,
             trace_dir=Path(traces) if profile_batches else None,
             profile_batches=profile_batches,
+            backbone_file=(cache.record_dir / cache.record["inputs"]["backbone"]["path"]).parent / BACKBONE_NAME if native else None,
         )
         step.details.update(details)
         for m, result in zip(todo, trained, strict=True):

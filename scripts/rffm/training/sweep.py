@@ -29,6 +29,7 @@ from rffm.records.layout import CHECKPOINT_NAME, METRICS_NAME, SENTINEL_NAME
 # (one gather feeds every head) and the batch order comes from the run's seed.
 SWEEP_KEYS = (
     "train.lr",
+    "train.tail.lr",
     "train.weight_decay",
     "train.label_smoothing",
     "train.warmup_steps",
