@@ -23,7 +23,7 @@ cuda)
   ;;
 cpu)
   "$PY" -c "import torch; print('device: cpu (RFFM_GPU_CHECK_DEVICE=cpu: tiny size, no GPU figure)', 'torch', torch.__version__)"
-  bench=(--samples "${1:-64}" --repeats 1 --arch '{"dim": 16, "depth": 1, "heads": 2, "output_layers": 1}')
+  bench=(--samples "${1:-64}" --repeats 1 --arch '{"dim": 16, "depth": 1, "heads": 2, "output_layers": 2}')  # 2: the tail's input too (P6, P7)
   cores=2
   ;;
 *)

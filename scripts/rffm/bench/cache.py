@@ -99,7 +99,8 @@ def run(
         lambda: forward_only(dataset_dir, model, 256, device),
         lambda: build_cache(dataset_dir, backbone_dir, cache_dir, 256, device=device, spec=spec),
     )
-    tail = [with_threads(EPOCH_THREADS, lambda: tail_epoch(cache_dir, backbone_dir, device))] if user is None else []  # rffm's blocks only
+    tail_fits = user is None and arch["output_layers"] >= 2  # rffm's own blocks, the last one's input cached
+    tail = [with_threads(EPOCH_THREADS, lambda: tail_epoch(cache_dir, backbone_dir, device))] if tail_fits else []
     t_recompute, t_recompute_ram, t_cached, t_head, *t_tail = fastest_of(
         repeats,
         lambda: recompute_epoch(cache_dir, dataset_dir, model, device=device),
