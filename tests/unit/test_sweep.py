@@ -121,7 +121,7 @@ def test_the_schema_names_what_can_be_swept_in_one_line():
     tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03], "train.batch_size": [8]}
     assert config.problems(tiny) == [
         "runs.base.sweep: unknown key(s) 'train.batch_size'. Fix: remove or rename it; allowed here: train.head.dropout, "
-        "train.head.hidden, train.head.taps, train.label_smoothing, train.lr, train.lr_decay_per_epoch, train.warmup_steps, "
+        "train.head.hidden, train.head.taps, train.label_smoothing, train.lr, train.lr_decay_per_epoch, train.tail.lr, train.warmup_steps, "
         "train.weight_decay"
     ]
     tiny["runs"]["base"]["sweep"] = {"train.lr": [0.01, 0.03]}
