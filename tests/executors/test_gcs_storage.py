@@ -102,7 +102,7 @@ def plugin_error(result: subprocess.CompletedProcess) -> str:
     """The one line of a refusal rffm-gcs raises while Snakemake starts: besides Snakemake's notices and the workflow's
     own (`rffm: ` lines), nothing is printed, neither a `WorkflowError` header nor the `File "…", line N` of a frame."""
     text = result.stdout + result.stderr
-    notices = ("Using profile", "Config file ", "rffm: ")
+    notices = ("Using profile", "Config file ", "rffm: ", "note: ")  # the workflow's own lines and notes
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith(notices)]
     assert len(lines) == 1, text
     return lines[0]

@@ -332,7 +332,7 @@ CASES: list[tuple[str, Callable[[dict], Any], str]] = [
         "unknown-key",
         lambda c: train(c).update(epoch=3),
         "runs.base.train: unknown key(s) 'epoch'. Fix: remove or rename it; allowed here: batch_size, epochs, head, label_smoothing, "
-        "labels_per_class_snr, labels_seed, lr, lr_decay_per_epoch, seed, warmup_steps, weight_decay",
+        "labels_per_class_snr, labels_seed, lr, lr_decay_per_epoch, seed, tail, warmup_steps, weight_decay",
     ),
     (
         "bad-name",

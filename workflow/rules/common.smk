@@ -19,8 +19,6 @@ planning.check_config(config, workflow)
 planning.note_node_checks(workflow, config)
 # ... and how each cache's build and its readers' epochs are grouped there (cache.colocate, cache.runs_per_group).
 planning.note_colocation(workflow, config)
-# ... and what it will cost, from a throughput record of this backbone on this device (config `throughput`).
-planning.note_cost(workflow, config)
 
 # Rules call the `rffm` console script installed beside the Python running Snakemake,
 # whether or not its environment is activated (bash strict mode kept).
@@ -661,6 +659,9 @@ def user_code(wildcards):
 
 # Caches that cannot fit the scratch disk (or a dataset length the backbone does not take) stop the plan, -n included.
 planning.refuse_unfit_caches(workflow, config, RESULTS, SCRATCH, BUILD_CACHE_DISK)
+# What the plan will cost, from a throughput record of this backbone on this device (config `throughput`), once
+# every refusal above has had its say (a refused plan prints its one line, nothing else).
+planning.note_cost(workflow, config)
 # A lock a killed run left (read only; Snakemake's own paragraph follows).
 planning.print_lock(workflow)
 
