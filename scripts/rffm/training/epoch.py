@@ -122,13 +122,13 @@ def resume(
 ) -> dict[str, Any]:
     """A member's head, optimizer, schedule and RNG state: fresh from its seed at epoch 1, else its previous checkpoint."""
     options = member["options"]
+    previous = None if epoch == 1 else torch.load(io.BytesIO(member["previous"]), map_location=device, weights_only=True)
     if epoch == 1:
         torch.manual_seed(int(options["seed"]))
     if options.get("tail") and epoch == 1:
         head = tail_head(meta, options, backbone_file, where).to(device)
     elif options.get("tail"):  # the tail's shape is the previous checkpoint's (its weights follow)
-        recorded = torch.load(io.BytesIO(member["previous"]), map_location="cpu", weights_only=True)["head_config"]
-        head = head_model.from_record(recorded).to(device)
+        head = head_model.from_record(previous["head_config"]).to(device)
     else:
         head = make_head(meta, options).to(device)
     optimizer, scheduler = make_optimizer(head, options, steps_per_epoch)
@@ -136,7 +136,6 @@ def resume(
     if epoch == 1:
         state["rng"] = torch.get_rng_state()
     else:
-        previous = torch.load(io.BytesIO(member["previous"]), map_location=device, weights_only=True)
         if previous["params_sha256"] != member["params_sha256"] or previous["epoch"] != epoch - 1:
             # Rerunning this epoch would read the same foreign checkpoint: the previous epoch itself is rebuilt (from
             # the memo, or trained again from its own previous one), its bytes those this run's plan makes.
