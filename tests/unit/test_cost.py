@@ -39,7 +39,13 @@ def test_each_heavy_job_of_the_tiny_plan_is_counted_in_its_unit():
     by_stage = {job.stage: job for job in jobs}
     assert by_stage["build_cache"].work == counts["train"] + counts["val"]
     assert by_stage["qualify"].work == counts["test"]
-    assert by_stage["select_checkpoint"].work == epochs * counts["val"]
+    assert by_stage["select_checkpoint"].work == epochs  # it reads each epoch's record, not the val rows
+    # a random backbone's job verifies the train split's bytes: its work is the split's IQ samples
+    raw = tiny_config()
+    name = run["backbone"]
+    random = check({**raw, "backbones": {name: {**raw["backbones"][name], "source": "random"}}})
+    made = next(job for job in cost.planned_jobs(random, "no-results")[0] if job.stage == "pretrain_backbone")
+    assert made.work == counts["train"] * cost.dataset_size(config, "no-results", "tiny")[1]
     # a seed or a learning rate does not change a job's rate: same key
     other = check({**tiny_config(), "runs": {"base": {**tiny_config()["runs"]["base"], "train": {**run["train"], "seed": 7, "lr": 0.1}}}})
     assert [job.key for job in cost.planned_jobs(other, "no-results")[0]] == [job.key for job in jobs]

@@ -401,3 +401,19 @@ def test_a_granted_gpu_torch_cannot_see_is_fixed_by_making_it_visible(tmp_path: 
     assert fix_of(line.split(": ", 1)[1]).startswith("run a CUDA build of torch in the job's environment or image, and make the GPU")
     visible = resolve_cuda(granted)
     assert visible.returncode == 0 and visible.stdout.strip() == "cuda", visible.stderr
+
+
+def test_a_bench_on_a_busy_machine_is_fixed_by_stopping_the_listed_schedulers(tmp_path: Path):
+    from rffm.bench import other_schedulers, require_idle
+    from rffm.errors import RffmError
+
+    (tmp_path / "snakemake").symlink_to(shutil.which("sleep"))
+    leftover = subprocess.Popen([str(tmp_path / "snakemake"), "60"])
+    try:
+        with pytest.raises(RffmError, match=rf"pid [0-9 ]*\b{leftover.pid}\b") as caught:
+            require_idle("scale")
+        run_fix(fix_of(caught), tmp_path)
+        assert leftover.wait(timeout=10) != 0
+        assert leftover.pid not in other_schedulers()
+    finally:
+        leftover.kill()

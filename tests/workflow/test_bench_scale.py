@@ -20,7 +20,7 @@ def test_two_small_sizes_run_end_to_end_and_the_second_is_predicted_from_the_fir
     """1/4096 and 1/2048 of the full size are 5 examples per (class, SNR), the bench's floor: the second size's
     prediction comes from the first size's jobs of the same work (its figures are timings: reported, never asserted)."""
     command = [str(BIN / "rffm"), "bench", "scale", "--fractions", "1/4096", "1/2048", "--runs", "1", "--epochs", "1"]
-    command += ["--work-dir", str(tmp_path)]
+    command += ["--work-dir", str(tmp_path), "--shared"]  # the suite's other workers run snakemake beside it
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

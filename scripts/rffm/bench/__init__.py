@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -25,3 +26,42 @@ def work_folder(prefix: str, parent: str | Path | None, keep: bool) -> Iterator[
 
             release_immutable([work])
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _ancestors() -> set[int]:
+    """This process and every process above it."""
+    chain, pid = set(), os.getpid()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return chain
+
+
+def other_schedulers() -> list[int]:
+    """Process ids of snakemake schedulers and rffm commands (a killed scheduler's steps) running on this machine,
+    other than this process and those above it."""
+    own = _ancestors()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            names = [Path(word.decode(errors="replace")).name for word in (entry / "cmdline").read_bytes().split(b"\0")[:2]]
+        except OSError:
+            continue
+        if int(entry.name) not in own and ("snakemake" in names or "rffm" in names):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def require_idle(bench: str) -> None:
+    """Stop with one line when another scheduler shares the cores: its jobs would spoil the timings."""
+    from rffm.errors import RffmError
+
+    if pids := other_schedulers():
+        listed = " ".join(str(pid) for pid in pids)
+        raise RffmError(
+            f"rffm bench {bench}: {len(pids)} other snakemake or rffm process(es) are running (pid {listed}); their jobs share "
+            f"the cores and spoil the timings (or wait for them to finish). Fix: kill {listed}"
+        )

@@ -26,7 +26,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from rffm.bench import work_folder
+from rffm.bench import require_idle, work_folder
 from rffm.bench.scheduled import snakemake, write_config
 from rffm.bench.staging import LENGTH, STRATA, generate
 from rffm.config import entry_defaults
@@ -163,9 +163,14 @@ def checks(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def main(fractions: list[str], runs: int, epochs: int, cores: int, work_dir: str | None = None, keep: bool = False) -> int:
-    """Run each size smallest first; print each one's figures, the last line JSON."""
+def main(
+    fractions: list[str], runs: int, epochs: int, cores: int, work_dir: str | None = None, keep: bool = False, shared: bool = False
+) -> int:
+    """Run each size smallest first; print each one's figures, the last line JSON. Unless `shared`, refuse to start
+    while other schedulers share the cores."""
     parsed = sorted(Fraction(text) for text in fractions)
+    if not shared:
+        require_idle("scale")
     parent = Path(work_dir) if work_dir else Path.cwd()
     parent.mkdir(parents=True, exist_ok=True)
     sizes = []
@@ -191,6 +196,7 @@ def main(fractions: list[str], runs: int, epochs: int, cores: int, work_dir: str
         "epochs": epochs,
         "cores": cores,
         "cpus": os.cpu_count(),
+        "shared": shared,
         "backbone": entry_defaults("backbones", {"source": "random", "dataset": DATASET, "keep": "mean"})["arch"],
         "sizes": sizes,
         "checks": checks(sizes),

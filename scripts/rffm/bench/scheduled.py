@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from rffm.runtime.processes import dies_with_parent
+
 SNAKEFILE = Path(__file__).resolve().parents[3] / "workflow" / "Snakefile"
 
 
@@ -27,7 +29,7 @@ def snakemake(work: Path, configfile: Path, cores: int, targets: list[str], *ext
     command = [str(Path(sys.executable).with_name("snakemake")), "-s", str(SNAKEFILE), "-d", str(work), "--cores", str(cores)]
     command += [*targets, "--configfile", str(configfile), *extra]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "RFFM_PLAIN_PROGRESS": "1"}
-    result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, preexec_fn=dies_with_parent)
     output = result.stdout + result.stderr
     if result.returncode != 0:
         logs = sorted(set(re.findall(r"^\s*log: (\S+)", output, flags=re.MULTILINE)))

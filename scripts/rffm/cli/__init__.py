@@ -258,6 +258,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     sub.add_argument("--work-dir", help="where to put the work folder (default: the current directory; the full size needs 45 GB)")
     sub.add_argument("--keep", action="store_true", help="keep the work folder (its path is printed)")
+    help_shared = "run even while other snakemake or rffm processes share the cores (timings then not the machine's own)"
+    sub.add_argument("--shared", action="store_true", help=help_shared)
     text = "Generate RML2018-layout files, stage them; print throughput / raw read bandwidth and peak RSS at two sizes 4x apart."
     sub = benches.add_parser("staging", help=text, description=text)
     sub.set_defaults(func=bench_staging)

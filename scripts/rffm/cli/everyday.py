@@ -350,7 +350,7 @@ def independent_data(args: argparse.Namespace) -> int:
 def bench_scale(args: argparse.Namespace) -> int:
     from rffm.bench.scale import main as bench
 
-    return bench(args.fractions, args.runs, args.epochs, args.cores, args.work_dir, args.keep)
+    return bench(args.fractions, args.runs, args.epochs, args.cores, args.work_dir, args.keep, args.shared)
 
 
 def bench_staging(args: argparse.Namespace) -> int:

@@ -1,9 +1,10 @@
 """The cost of a plan: every heavy job's work from the config, its seconds predicted from a throughput record, and
 after the run the seconds each one measured (its provenance), per stage.
 
-A job's work is counted in its stage's unit (IQ samples staged, examples cached, rows an epoch reads, test examples
-qualified) and its rate depends only on what its key names: the stage, the device class and the settings that set its
-cost (the backbone's architecture, the example length, the head's batch size), never the data set's size or a seed.
+A job's work is counted in its stage's unit (IQ samples staged or verified, examples cached, rows an epoch reads,
+epoch records a selection reads, test examples qualified) and its rate depends only on what its key names: the stage,
+the device class and the settings that set its cost (the backbone's architecture, the example length, the head's batch
+size), never the data set's size or a seed.
 A throughput record (`rffm throughput`, config `throughput`) holds the (work, seconds) of every job of finished trees;
 each key's jobs fit seconds = fixed + work / rate (least squares; one size measured: no fixed part), so a pilot at
 two small sizes predicts a study at any size. Reports, plots and summaries take well under a second and are not counted.
@@ -143,7 +144,7 @@ def planned_jobs(config: dict[str, Any], results: str, groups: dict[str, str] | 
         for epoch in range(1, epochs + 1):
             rows = (counts["train"] + counts["val"]) * members
             jobs.append(Job("train_epoch", epoch_folder(name, epoch), epoch_key, rows, groups.get(name, "")))
-        jobs.append(Job("select_checkpoint", selection_folder(name), "select_checkpoint", epochs * counts["val"] * members))
+        jobs.append(Job("select_checkpoint", selection_folder(name), "select_checkpoint", epochs * members))
         jobs.append(Job("qualify", qualification_folder(name), f"qualify|{forward}", counts["test"]))
         if run.get("export", True):
             jobs.append(Job("export", export_folder(name), f"export|{forward}", 1))
@@ -170,8 +171,9 @@ def backbone_jobs(config: dict[str, Any], results: str, name: str, backbone: dic
         return []
     counts, length = known
     pretrain = backbone.get("pretrain", {})
-    if backbone["source"] != "pretrain":
-        return [Job("pretrain_backbone", backbone_folder(name), f"pretrain_backbone|{backbone['source']}|L{length}", 1)]
+    if backbone["source"] != "pretrain":  # it verifies the train split's bytes before it maps its shape
+        work = counts["train"] * length
+        return [Job("pretrain_backbone", backbone_folder(name), f"pretrain_backbone|{backbone['source']}|L{length}", work)]
     epochs = int(pretrain.get("epochs", 1))
     settings = {key: value for key, value in backbone.items() if key != "dataset"}
     settings["pretrain"] = {key: value for key, value in pretrain.items() if key not in COST_FREE}

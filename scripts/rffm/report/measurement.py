@@ -37,6 +37,7 @@ from rffm.errors import RffmError
 from rffm.records.files import sha256_file
 from rffm.records.layout import MANIFEST_NAME, QUALIFICATION, RUNS, SELECTION, SENTINEL_NAME
 from rffm.records.manifest import source_revision
+from rffm.runtime.processes import dies_with_parent
 
 RECORDS = Path("workflow/docs/records")  # relative to the checkout
 PRINTED_LINES = 200
@@ -103,7 +104,9 @@ def run_and_capture(command: list[str], cwd: Path) -> tuple[int, list[str], list
     seconds, CPU seconds of the command and the processes it waited for)."""
     start, cpu = time.monotonic(), _children_cpu()
     try:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        process = subprocess.Popen(
+            command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, preexec_fn=dies_with_parent
+        )
     except OSError as exc:
         raise RffmError(f"{shlex.join(command)}: cannot start it ({exc}). Fix: check the command after `--`") from exc
     lines: list[str] = []
