@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from rffm.runtime.processes import dies_with_parent
+from rffm.runtime.processes import run_as_group
 
 SNAKEFILE = Path(__file__).resolve().parents[3] / "workflow" / "Snakefile"
 
@@ -29,7 +28,7 @@ def snakemake(work: Path, configfile: Path, cores: int, targets: list[str], *ext
     command = [str(Path(sys.executable).with_name("snakemake")), "-s", str(SNAKEFILE), "-d", str(work), "--cores", str(cores)]
     command += [*targets, "--configfile", str(configfile), *extra]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "RFFM_PLAIN_PROGRESS": "1"}
-    result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, preexec_fn=dies_with_parent)
+    result = run_as_group(command, cwd=work, env=env)
     output = result.stdout + result.stderr
     if result.returncode != 0:
         logs = sorted(set(re.findall(r"^\s*log: (\S+)", output, flags=re.MULTILINE)))
