@@ -5,7 +5,9 @@ smallest first: a file in its exact HDF5 layout (X float32 [N, 1024, 2], Y one-h
 distinct) is written, then the real workflow (`snakemake --cores <cores>`, the default local profile) stages it,
 caches it with the default backbone architecture (frozen random weights: a forward costs what a pretrained one does;
 `keep: mean`, the cache plan workflow/docs/performance.md recommends at this size: 512 bytes per example instead of
-64 KiB) and trains, selects and qualifies a grid of `runs` runs of `epochs` epochs on that cache.
+64 KiB) and trains, selects and qualifies a grid of `runs` runs of `epochs` epochs on that cache. Every job takes all
+the cores (threads and epoch_threads = --cores), as a cluster job has its allocation to itself: two epochs sharing
+the cores each take longer by an amount that depends on what ran beside them, which no throughput record can predict.
 
 Before a size runs, its plan is costed (rffm.plan.cost) from the throughput record of the sizes before it (`rffm
 throughput` of their trees); the first size has none. After it ran: per stage the work, the measured seconds (each
@@ -41,14 +43,15 @@ RSS_LIMIT_MB = 2 * 2**30 / 1e6
 TARGETS = {"peak_rss_mb": round(RSS_LIMIT_MB, 1), "disk_error": 0.05, "full_over_eighth": 9.0, "prediction_error": 0.25}
 
 
-def scale_config(work: Path, source: Path, runs: int, epochs: int, record: Path | None) -> dict[str, Any]:
-    """The workflow config of one size: the file as a radioml2018 dataset, the default backbone, `runs` seeds."""
+def scale_config(work: Path, source: Path, runs: int, epochs: int, record: Path | None, cores: int = 2) -> dict[str, Any]:
+    """The workflow config of one size: the file as a radioml2018 dataset, the default backbone, `runs` seeds, every
+    job on all `cores`."""
     train = {"epochs": epochs, "lr": 0.003, "batch_size": 256}
     config: dict[str, Any] = {
         "results": "results",
         "scratch": str(work / "scratch"),
-        "threads": 2,
-        "epoch_threads": 1,
+        "threads": cores,
+        "epoch_threads": cores,  # every job has the cores to itself: its seconds are its own, not its neighbour's
         "device": "cpu",
         "datasets": {DATASET: {"source": "radioml2018", "seed": 0, "radioml2018": {"path": str(source)}}},
         "backbones": {BACKBONE: {"source": "random", "dataset": DATASET, "keep": "mean"}},
@@ -105,7 +108,7 @@ def one_size(work: Path, fraction: Fraction, runs: int, epochs: int, cores: int,
     source = work / "source.hdf5"
     source_bytes = generate(source, rows, seed=int(fraction.denominator))
     generated_s = time.perf_counter() - started
-    config = scale_config(work, source, runs, epochs, record if record.is_file() else None)
+    config = scale_config(work, source, runs, epochs, record if record.is_file() else None, cores)
     configfile = write_config(work / "config.yaml", config)
     full = filled(config)
     jobs, _ = cost.planned_jobs(full, str(work / "results"))
