@@ -403,12 +403,18 @@ def test_a_granted_gpu_torch_cannot_see_is_fixed_by_making_it_visible(tmp_path: 
     assert visible.returncode == 0 and visible.stdout.strip() == "cuda", visible.stderr
 
 
-def test_a_bench_on_a_busy_machine_is_fixed_by_stopping_the_listed_schedulers(tmp_path: Path):
+def test_a_bench_on_a_busy_machine_is_fixed_by_stopping_the_listed_schedulers(tmp_path: Path, monkeypatch):
+    import rffm.bench
     from rffm.bench import other_schedulers, require_idle
     from rffm.errors import RffmError
 
     (tmp_path / "snakemake").symlink_to(shutil.which("sleep"))
     leftover = subprocess.Popen([str(tmp_path / "snakemake"), "60"])
+    # the process table shows the leftover alone: the Fix run as printed must not stop the suite's other schedulers
+    table = tmp_path / "proc"
+    table.mkdir()
+    (table / str(leftover.pid)).symlink_to(f"/proc/{leftover.pid}")
+    monkeypatch.setattr(rffm.bench, "PROC", table)
     try:
         with pytest.raises(RffmError, match=rf"pid [0-9 ]*\b{leftover.pid}\b") as caught:
             require_idle("scale")

@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+PROC = Path("/proc")  # the kernel's process table: one folder per pid
+
 
 @contextlib.contextmanager
 def work_folder(prefix: str, parent: str | Path | None, keep: bool) -> Iterator[Path]:
@@ -34,7 +36,7 @@ def _ancestors() -> set[int]:
     while pid > 1 and pid not in chain:
         chain.add(pid)
         try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            pid = int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             break
     return chain
@@ -45,7 +47,7 @@ def other_schedulers() -> list[int]:
     other than this process and those above it."""
     own = _ancestors()
     found = []
-    for entry in Path("/proc").glob("[0-9]*"):
+    for entry in PROC.glob("[0-9]*"):
         try:
             names = [Path(word.decode(errors="replace")).name for word in (entry / "cmdline").read_bytes().split(b"\0")[:2]]
         except OSError:
