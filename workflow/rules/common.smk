@@ -61,6 +61,15 @@ wildcard_constraints:
 # records, traces) into the same place themselves (rffm.records.store). The hidden-state cache is never
 # a workflow file: node-local under `scratch`, built by whoever needs it (rffm.data.cache_local).
 STORE = planning.results_store(workflow, RESULTS)
+# A storage provider puts on the job's machine only the declared inputs; a local or shared results tree has them all.
+FETCHES = STORE != RESULTS
+
+
+def fetched(files):
+    """Files a step reads beside the sentinels it consumes, declared (ancient: never a rerun trigger) only where a
+    storage provider must fetch them: each declared file costs the plan (rffm bench plan).
+    """
+    return ancient(files) if FETCHES else []
 
 
 # Directories are derived from the job's own input/output paths, which under a storage provider
@@ -281,7 +290,7 @@ def imported_checkpoint(wildcards):
 
 def cache_sources(dataset, backbone):
     """What a cache is built from, as files (an epoch on a fresh node builds it too)."""
-    return ancient(
+    return fetched(
         [dataset_file(dataset, layout.SENTINEL_NAME)]
         + [dataset_file(dataset, split_file(s)) for s in CACHED_SPLITS]
         + [
@@ -300,7 +309,7 @@ def cache_inputs(wildcards):
 
 
 # A step checks the sentinels it consumes and their links to the sentinels before them: those must be
-# on the job's machine too (a storage provider only fetches declared inputs), as ancient inputs.
+# on the job's machine too (a storage provider only fetches declared inputs), as ancient inputs (fetched()).
 def cache_record(run):
     cfg = run_config(run)
     return cache_file(cfg["dataset"], cfg["backbone"], layout.SENTINEL_NAME)
@@ -321,7 +330,7 @@ def epoch_inputs(wildcards):
             if epoch > 2
             else []
         )
-        inputs["previous_checkpoint"] = ancient(
+        inputs["previous_checkpoint"] = fetched(
             [epoch_file(wildcards.run, epoch - 1, layout.CHECKPOINT_NAME), *before]
         )
     return inputs
@@ -340,7 +349,7 @@ def selection_inputs(wildcards):
             epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
             for e in run_epochs(wildcards.run)
         ],
-        "files": ancient(
+        "files": fetched(
             [
                 epoch_file(wildcards.run, e, name)
                 for e in run_epochs(wildcards.run)
@@ -373,13 +382,13 @@ def qualify_inputs(wildcards):
     ]
     return {
         "selection": selection_file(wildcards.run, layout.SENTINEL_NAME),
-        "selection_json": ancient(selection_file(wildcards.run, layout.SELECTION_NAME)),
+        "selection_json": fetched(selection_file(wildcards.run, layout.SELECTION_NAME)),
         "backbone": backbone_file(backbone, layout.SENTINEL_NAME),
-        "weights": ancient(backbone_file(backbone, layout.BACKBONE_NAME)),
+        "weights": fetched(backbone_file(backbone, layout.BACKBONE_NAME)),
         "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
-        "test": ancient(dataset_file(dataset, split_file("test"))),
+        "test": fetched(dataset_file(dataset, split_file("test"))),
         "cache": ancient(cache_file(dataset, backbone, layout.SENTINEL_NAME)),
-        "records": ancient(provenance),
+        "records": fetched(provenance),
     }
 
 
@@ -391,7 +400,14 @@ def qualify_dirs(wildcards, input):
         "selection": os.path.dirname(input.selection),
         "epochs": " ".join(
             os.path.dirname(f)
-            for f in input.records
+            for f in (
+                input.records
+                if FETCHES
+                else [
+                    epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
+                    for e in run_epochs(wildcards.run)
+                ]
+            )
             if f.endswith(layout.SENTINEL_NAME)
         ),
     }
