@@ -61,15 +61,6 @@ wildcard_constraints:
 # records, traces) into the same place themselves (rffm.records.store). The hidden-state cache is never
 # a workflow file: node-local under `scratch`, built by whoever needs it (rffm.data.cache_local).
 STORE = planning.results_store(workflow, RESULTS)
-# A storage provider puts on the job's machine only the declared inputs; a local or shared results tree has them all.
-FETCHES = STORE != RESULTS
-
-
-def fetched(files):
-    """Files a step reads beside the sentinels it consumes, declared (ancient: never a rerun trigger) only where a
-    storage provider must fetch them: each declared file costs the plan (rffm bench plan).
-    """
-    return ancient(files) if FETCHES else []
 
 
 # Directories are derived from the job's own input/output paths, which under a storage provider
@@ -290,7 +281,7 @@ def imported_checkpoint(wildcards):
 
 def cache_sources(dataset, backbone):
     """What a cache is built from, as files (an epoch on a fresh node builds it too)."""
-    return fetched(
+    return ancient(
         [dataset_file(dataset, layout.SENTINEL_NAME)]
         + [dataset_file(dataset, split_file(s)) for s in CACHED_SPLITS]
         + [
@@ -309,7 +300,7 @@ def cache_inputs(wildcards):
 
 
 # A step checks the sentinels it consumes and their links to the sentinels before them: those must be
-# on the job's machine too (a storage provider only fetches declared inputs), as ancient inputs (fetched()).
+# on the job's machine too (a storage provider only fetches declared inputs), as ancient inputs.
 def cache_record(run):
     cfg = run_config(run)
     return cache_file(cfg["dataset"], cfg["backbone"], layout.SENTINEL_NAME)
@@ -330,7 +321,7 @@ def epoch_inputs(wildcards):
             if epoch > 2
             else []
         )
-        inputs["previous_checkpoint"] = fetched(
+        inputs["previous_checkpoint"] = ancient(
             [epoch_file(wildcards.run, epoch - 1, layout.CHECKPOINT_NAME), *before]
         )
     return inputs
@@ -349,7 +340,7 @@ def selection_inputs(wildcards):
             epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
             for e in run_epochs(wildcards.run)
         ],
-        "files": fetched(
+        "files": ancient(
             [
                 epoch_file(wildcards.run, e, name)
                 for e in run_epochs(wildcards.run)
@@ -382,13 +373,13 @@ def qualify_inputs(wildcards):
     ]
     return {
         "selection": selection_file(wildcards.run, layout.SENTINEL_NAME),
-        "selection_json": fetched(selection_file(wildcards.run, layout.SELECTION_NAME)),
+        "selection_json": ancient(selection_file(wildcards.run, layout.SELECTION_NAME)),
         "backbone": backbone_file(backbone, layout.SENTINEL_NAME),
-        "weights": fetched(backbone_file(backbone, layout.BACKBONE_NAME)),
+        "weights": ancient(backbone_file(backbone, layout.BACKBONE_NAME)),
         "dataset": dataset_file(dataset, layout.SENTINEL_NAME),
-        "test": fetched(dataset_file(dataset, split_file("test"))),
+        "test": ancient(dataset_file(dataset, split_file("test"))),
         "cache": ancient(cache_file(dataset, backbone, layout.SENTINEL_NAME)),
-        "records": fetched(provenance),
+        "records": ancient(provenance),
     }
 
 
@@ -400,14 +391,7 @@ def qualify_dirs(wildcards, input):
         "selection": os.path.dirname(input.selection),
         "epochs": " ".join(
             os.path.dirname(f)
-            for f in (
-                input.records
-                if FETCHES
-                else [
-                    epoch_file(wildcards.run, e, layout.SENTINEL_NAME)
-                    for e in run_epochs(wildcards.run)
-                ]
-            )
+            for f in input.records
             if f.endswith(layout.SENTINEL_NAME)
         ),
     }
