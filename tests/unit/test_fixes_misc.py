@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -410,6 +411,11 @@ def test_a_bench_on_a_busy_machine_is_fixed_by_stopping_the_listed_schedulers(tm
 
     (tmp_path / "snakemake").symlink_to(shutil.which("sleep"))
     leftover = subprocess.Popen([str(tmp_path / "snakemake"), "60"])
+    # until it execs, the child's command line is still this Python's: the scan would not see a scheduler yet
+    for _ in range(500):
+        if b"snakemake" in Path(f"/proc/{leftover.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.01)
     # the process table shows the leftover alone: the Fix run as printed must not stop the suite's other schedulers
     table = tmp_path / "proc"
     table.mkdir()
